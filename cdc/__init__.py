@@ -1,0 +1,1 @@
+"""Change-data-capture from the operational Postgres into the warehouse."""

@@ -1,0 +1,1 @@
+"""Episode containers: write, read and check robot episodes stored as MCAP files."""

@@ -1,0 +1,1 @@
+"""Control plane: settings, the command line, the embedded stack and the HTTP API."""

@@ -1,0 +1,161 @@
+"""The embedded PostgreSQL server: binaries from the pgserver wheel, data in the state folder.
+
+Quarry drives ``initdb`` and ``pg_ctl`` itself rather than through ``pgserver.get_server`` so
+that the server outlives the process that started it (``quarry up`` returns, the stack keeps
+running) and so that ``wal_level = logical`` is set before the first start.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pwd
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+from service.errors import StackError
+from service.paths import StatePaths
+
+# The unprivileged account Postgres runs under when Quarry runs as root (initdb refuses root).
+# The same name pgserver uses, so both tools can share a machine.
+SYSTEM_USER = "pgserver"
+SUPERUSER = "postgres"
+OPERATIONAL_DB = "quarry"
+CATALOG_DB = "quarry_catalog"
+
+# Written once into postgresql.conf by ``init``. Logical decoding needs wal_level=logical.
+_SERVER_CONF = """
+# --- Quarry ---
+listen_addresses = ''
+wal_level = logical
+max_replication_slots = 16
+max_wal_senders = 16
+max_connections = 200
+shared_buffers = 128MB
+max_slot_wal_keep_size = 4GB
+timezone = 'UTC'
+"""
+
+
+def _bin(name: str) -> Path:
+    # Located without importing pgserver: its import touches platformdirs and warns.
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError("the pgserver wheel is not installed", part="postgres")
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / name
+
+
+def _run_as_root() -> bool:
+    return os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class EmbeddedPostgres:
+    """One Postgres server whose data directory is ``paths.pgdata``."""
+
+    paths: StatePaths
+
+    @property
+    def log_file(self) -> Path:
+        return self.paths.pgdata / "server.log"
+
+    def dsn(self, dbname: str = OPERATIONAL_DB) -> str:
+        """A libpq connection string over the Unix socket (trust auth on the local socket)."""
+        return f"host={self.paths.socket_dir} user={SUPERUSER} dbname={dbname}"
+
+    def is_initialized(self) -> bool:
+        return (self.paths.pgdata / "PG_VERSION").exists()
+
+    def is_running(self) -> bool:
+        if not self.is_initialized():
+            return False
+        result = self._pg_ctl(["status"], check=False)
+        return result.returncode == 0
+
+    def init(self) -> None:
+        """Create the data directory with ``initdb`` (idempotent)."""
+        if self.is_initialized():
+            return
+        pgdata = self.paths.pgdata
+        pgdata.mkdir(parents=True, exist_ok=True)
+        self._hand_over(pgdata)
+        self._run([str(_bin("initdb")), "-D", str(pgdata), "--auth=trust", "-U", SUPERUSER,
+                   "--encoding=UTF8", "--no-instructions"])
+        with (pgdata / "postgresql.conf").open("a") as conf:
+            conf.write(_SERVER_CONF)
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections (idempotent)."""
+        self.init()
+        if self.is_running():
+            return
+        socket_dir = self.paths.socket_dir
+        socket_dir.mkdir(parents=True, exist_ok=True)
+        self._hand_over(socket_dir)
+        socket_dir.chmod(0o700)
+        options = f"-k {socket_dir}"
+        result = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", options, "start"],
+                              check=False)
+        if result.returncode != 0:
+            raise StackError(
+                f"PostgreSQL did not start: {result.stderr.strip() or result.stdout.strip()}; "
+                f"see {self.log_file}", part="postgres", log=str(self.log_file))
+
+    def stop(self) -> None:
+        """Stop the server with a fast shutdown (idempotent)."""
+        if not self.is_running():
+            return
+        result = self._pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"], check=False)
+        if result.returncode != 0:
+            raise StackError(f"PostgreSQL did not stop: {result.stderr.strip()}", part="postgres")
+
+    def ensure_database(self, name: str) -> None:
+        """Create database ``name`` if it does not exist."""
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if exists.fetchone() is None:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def _pg_ctl(self, args: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
+        command = [str(_bin("pg_ctl")), "-D", str(self.paths.pgdata), *args]
+        return self._run(command, check=check)
+
+    def _run(self, command: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        user = SYSTEM_USER if _run_as_root() else None
+        # pg_ctl start forks the postmaster: its stdout/stderr must not be our pipes, or the
+        # call would wait for the server to exit. The server logs to its own file instead.
+        result = subprocess.run(command, user=user, check=False, text=True, timeout=120,
+                                stdin=subprocess.DEVNULL, capture_output=True,
+                                start_new_session=True)
+        if check and result.returncode != 0:
+            raise StackError(f"{Path(command[0]).name} failed: {result.stderr.strip()}",
+                             part="postgres", command=command)
+        return result
+
+    def _hand_over(self, folder: Path) -> None:
+        """As root, give ``folder`` to the Postgres system user and open its parents for
+        traversal (initdb and the server refuse to run as root)."""
+        if not _run_as_root():
+            return
+        entry = _ensure_system_user()
+        os.chown(folder, entry.pw_uid, entry.pw_gid)
+        for parent in folder.parents:
+            mode = parent.stat().st_mode
+            parent.chmod(mode | 0o055)
+
+
+def _ensure_system_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        useradd = shutil.which("useradd")
+        if useradd is None:
+            raise StackError("running as root needs `useradd` to create the postgres system "
+                             f"user {SYSTEM_USER!r}", part="postgres") from None
+        subprocess.run([useradd, "--system", "--no-create-home", SYSTEM_USER], check=True)
+        return pwd.getpwnam(SYSTEM_USER)

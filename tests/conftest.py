@@ -1,0 +1,5 @@
+"""Fixture modules shared by every package's tests live in tests/fixtures/."""
+
+pytest_plugins = [
+    "tests.fixtures.postgres",
+]

@@ -1,0 +1,59 @@
+"""The embedded Postgres starts, migrates, stops and restarts with its data intact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from service.errors import ConfigError
+from service.migrations import apply_migrations, discover
+from service.paths import StatePaths
+from service.postgres import EmbeddedPostgres
+from tests.fixtures.postgres import SQL_DIR
+
+
+def test_wal_level_is_logical(pg_conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    assert pg_conn.execute("SHOW wal_level").fetchone() == ("logical",)
+
+
+def test_migrated_schema_has_publication(pg_conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    tables = pg_conn.execute(
+        "SELECT tablename FROM pg_publication_tables WHERE pubname = 'quarry_cdc'").fetchall()
+    assert {"episodes", "episode_stats", "manifests"} <= {t for (t,) in tables}
+
+
+def test_migrations_are_idempotent(pg_dsn: str) -> None:
+    assert apply_migrations(pg_dsn, SQL_DIR) == []
+
+
+def test_edited_migration_is_refused(pg_dsn: str, tmp_path: Path) -> None:
+    for migration in discover(SQL_DIR):
+        (tmp_path / migration.path.name).write_text(migration.path.read_text() + "\n-- edit\n")
+    with pytest.raises(ConfigError, match="changed after it was applied"):
+        apply_migrations(pg_dsn, tmp_path)
+
+
+def test_badly_named_migration_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "init.sql").write_text("SELECT 1")
+    with pytest.raises(ConfigError, match="0001_name.sql"):
+        discover(tmp_path)
+
+
+def test_restart_keeps_data(tmp_path: Path) -> None:
+    paths = StatePaths.at(tmp_path / "state")
+    paths.ensure()
+    server = EmbeddedPostgres(paths)
+    server.start()
+    try:
+        with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+            conn.execute("CREATE TABLE kept (v int)")
+            conn.execute("INSERT INTO kept VALUES (42)")
+        server.stop()
+        assert not server.is_running()
+        server.start()
+        with psycopg.connect(server.dsn("postgres")) as conn:
+            assert conn.execute("SELECT v FROM kept").fetchall() == [(42,)]
+    finally:
+        server.stop()

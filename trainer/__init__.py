@@ -1,0 +1,1 @@
+"""Training entrypoint: pull a manifest, preflight, train, checkpoint, resume, report goodput."""

@@ -1,0 +1,1 @@
+"""Warehouse backends behind one interface: DuckLake (embedded default) and ClickHouse."""
