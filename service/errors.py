@@ -46,7 +46,7 @@ class ConfigError(ServiceError):
     exit_code = 2
 
 
-class NotFound(ServiceError):
+class NotFoundError(ServiceError):
     """A requested object (manifest, episode, ...) does not exist."""
 
     title = "Not found"
@@ -54,7 +54,7 @@ class NotFound(ServiceError):
     exit_code = 4
 
 
-class BadRequest(ServiceError):
+class BadRequestError(ServiceError):
     """The request is malformed or refused; the message says why."""
 
     title = "Bad request"
@@ -62,7 +62,7 @@ class BadRequest(ServiceError):
     exit_code = 2
 
 
-class Unauthorized(ServiceError):
+class UnauthorizedError(ServiceError):
     """No valid bearer token."""
 
     title = "Unauthorized"
@@ -70,7 +70,7 @@ class Unauthorized(ServiceError):
     exit_code = 5
 
 
-class Forbidden(ServiceError):
+class ForbiddenError(ServiceError):
     """The token lacks the scope the request needs."""
 
     title = "Forbidden"

@@ -64,7 +64,7 @@ def apply_migrations(conninfo: str, folder: Path) -> list[int]:
                 _check_unchanged(migration, done[migration.version])
                 continue
             with conn.transaction():
-                conn.execute(migration.path.read_text())  # type: ignore[arg-type]
+                conn.execute(migration.path.read_text())
                 conn.execute(
                     "INSERT INTO schema_migrations (version, name, sha256) VALUES (%s, %s, %s)",
                     (migration.version, migration.name, migration.sha256),

@@ -50,6 +50,11 @@ class StatePaths:
         return self.root / "logs"
 
     @property
+    def run(self) -> Path:
+        """Runtime files of the stack's processes (URLs, status files)."""
+        return self.root / "run"
+
+    @property
     def stack_file(self) -> Path:
         return self.root / "stack.json"
 
@@ -61,7 +66,7 @@ class StatePaths:
     def socket_dir(self) -> Path:
         """Postgres socket folder: inside the state folder when the path is short enough,
         else a folder under /tmp named by a hash of the state folder."""
-        local = self.root / "run"
+        local = self.root / "pg-socket"
         if len(str(local / _SOCKET_NAME)) <= _MAX_SOCKET_PATH:
             return local
         digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
@@ -69,6 +74,14 @@ class StatePaths:
 
     def ensure(self) -> None:
         """Create the folders Quarry itself writes to (pgdata is made by initdb)."""
-        for folder in (self.root, self.warehouse, self.objects, self.manifests, self.cache,
-                       self.checkpoints, self.logs):
+        for folder in (
+            self.root,
+            self.warehouse,
+            self.objects,
+            self.manifests,
+            self.cache,
+            self.checkpoints,
+            self.logs,
+            self.run,
+        ):
             folder.mkdir(parents=True, exist_ok=True)

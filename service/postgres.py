@@ -84,8 +84,18 @@ class EmbeddedPostgres:
         pgdata = self.paths.pgdata
         pgdata.mkdir(parents=True, exist_ok=True)
         self._hand_over(pgdata)
-        self._run([str(_bin("initdb")), "-D", str(pgdata), "--auth=trust", "-U", SUPERUSER,
-                   "--encoding=UTF8", "--no-instructions"])
+        self._run(
+            [
+                str(_bin("initdb")),
+                "-D",
+                str(pgdata),
+                "--auth=trust",
+                "-U",
+                SUPERUSER,
+                "--encoding=UTF8",
+                "--no-instructions",
+            ]
+        )
         with (pgdata / "postgresql.conf").open("a") as conf:
             conf.write(_SERVER_CONF)
 
@@ -99,12 +109,16 @@ class EmbeddedPostgres:
         self._hand_over(socket_dir)
         socket_dir.chmod(0o700)
         options = f"-k {socket_dir}"
-        result = self._pg_ctl(["-w", "-t", "60", "-l", str(self.log_file), "-o", options, "start"],
-                              check=False)
+        result = self._pg_ctl(
+            ["-w", "-t", "60", "-l", str(self.log_file), "-o", options, "start"], check=False
+        )
         if result.returncode != 0:
             raise StackError(
                 f"PostgreSQL did not start: {result.stderr.strip() or result.stdout.strip()}; "
-                f"see {self.log_file}", part="postgres", log=str(self.log_file))
+                f"see {self.log_file}",
+                part="postgres",
+                log=str(self.log_file),
+            )
 
     def stop(self) -> None:
         """Stop the server with a fast shutdown (idempotent)."""
@@ -129,12 +143,22 @@ class EmbeddedPostgres:
         user = SYSTEM_USER if _run_as_root() else None
         # pg_ctl start forks the postmaster: its stdout/stderr must not be our pipes, or the
         # call would wait for the server to exit. The server logs to its own file instead.
-        result = subprocess.run(command, user=user, check=False, text=True, timeout=120,
-                                stdin=subprocess.DEVNULL, capture_output=True,
-                                start_new_session=True)
+        result = subprocess.run(
+            command,
+            user=user,
+            check=False,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            start_new_session=True,
+        )
         if check and result.returncode != 0:
-            raise StackError(f"{Path(command[0]).name} failed: {result.stderr.strip()}",
-                             part="postgres", command=command)
+            raise StackError(
+                f"{Path(command[0]).name} failed: {result.stderr.strip()}",
+                part="postgres",
+                command=command,
+            )
         return result
 
     def _hand_over(self, folder: Path) -> None:
@@ -155,7 +179,10 @@ def _ensure_system_user() -> pwd.struct_passwd:
     except KeyError:
         useradd = shutil.which("useradd")
         if useradd is None:
-            raise StackError("running as root needs `useradd` to create the postgres system "
-                             f"user {SYSTEM_USER!r}", part="postgres") from None
+            raise StackError(
+                "running as root needs `useradd` to create the postgres system "
+                f"user {SYSTEM_USER!r}",
+                part="postgres",
+            ) from None
         subprocess.run([useradd, "--system", "--no-create-home", SYSTEM_USER], check=True)
         return pwd.getpwnam(SYSTEM_USER)

@@ -20,7 +20,8 @@ def test_wal_level_is_logical(pg_conn: psycopg.Connection[tuple[object, ...]]) -
 
 def test_migrated_schema_has_publication(pg_conn: psycopg.Connection[tuple[object, ...]]) -> None:
     tables = pg_conn.execute(
-        "SELECT tablename FROM pg_publication_tables WHERE pubname = 'quarry_cdc'").fetchall()
+        "SELECT tablename FROM pg_publication_tables WHERE pubname = 'quarry_cdc'"
+    ).fetchall()
     assert {"episodes", "episode_stats", "manifests"} <= {t for (t,) in tables}
 
 
@@ -37,7 +38,7 @@ def test_edited_migration_is_refused(pg_dsn: str, tmp_path: Path) -> None:
 
 def test_badly_named_migration_is_refused(tmp_path: Path) -> None:
     (tmp_path / "init.sql").write_text("SELECT 1")
-    with pytest.raises(ConfigError, match="0001_name.sql"):
+    with pytest.raises(ConfigError, match=r"0001_name\.sql"):
         discover(tmp_path)
 
 

@@ -1,0 +1,202 @@
+"""The embedded stack of one state folder: Postgres, the warehouse, the CDC follower and the
+HTTP service. ``up`` starts what is not running and returns once every part is healthy; the
+parts keep running in the background until ``down``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psycopg
+from filelock import FileLock
+
+from service import processes
+from service.errors import StackError
+from service.migrations import apply_migrations
+from service.postgres import CATALOG_DB, OPERATIONAL_DB, EmbeddedPostgres
+from service.processes import Daemon
+from service.server import url_file
+from service.settings import Settings
+from service.tokens import ensure_admin_token
+
+T = TypeVar("T")
+
+
+@dataclass
+class PartStatus:
+    healthy: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StackStatus:
+    state_dir: str
+    service_url: str | None
+    parts: dict[str, PartStatus]
+
+    @property
+    def healthy(self) -> bool:
+        return all(part.healthy for part in self.parts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state_dir": self.state_dir,
+            "service_url": self.service_url,
+            "healthy": self.healthy,
+            "parts": {name: {"healthy": p.healthy, **p.detail} for name, p in self.parts.items()},
+        }
+
+
+class Stack:
+    """Controls the embedded stack of ``settings.state_dir``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.paths = settings.paths
+        self.postgres = EmbeddedPostgres(self.paths)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def up(self) -> StackStatus:
+        """Start every part that is not running; wait until all are healthy."""
+        self.paths.ensure()
+        with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
+            self._start_postgres()
+            record = self._read_record()
+            record["service"] = self._ensure_daemon("service", record.get("service"))
+            self._write_record(record)
+            self._wait_for_service(record["service"]["pid"])
+        return self.status()
+
+    def down(self) -> None:
+        """Stop the service, then Postgres. Idempotent; keeps every byte of state."""
+        with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
+            record = self._read_record()
+            for name in ("service",):
+                processes.terminate((record.get(name) or {}).get("pid"), self._marker())
+            url_file(self.settings).unlink(missing_ok=True)
+            self.postgres.stop()
+            self._write_record({})
+
+    def status(self) -> StackStatus:
+        record = self._read_record()
+        url = self._service_url()
+        parts = {
+            "postgres": self._postgres_status(),
+            "service": self._service_status((record.get("service") or {}).get("pid"), url),
+        }
+        return StackStatus(str(self.paths.root), url, parts)
+
+    # -- parts -----------------------------------------------------------------------------
+
+    def _start_postgres(self) -> None:
+        self.postgres.start()
+        for database in (OPERATIONAL_DB, CATALOG_DB):
+            self.postgres.ensure_database(database)
+        apply_migrations(self.postgres.dsn(OPERATIONAL_DB), self.settings.sql_dir / "postgres")
+        with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), autocommit=True) as conn:
+            ensure_admin_token(conn, self.paths.admin_token)
+
+    def _daemon(self, name: str) -> Daemon:
+        args = {"service": ("serve",)}[name]
+        return Daemon(
+            name, (*args, "--state-dir", str(self.paths.root)), self.paths.logs / f"{name}.log"
+        )
+
+    def _ensure_daemon(self, name: str, entry: dict[str, Any] | None) -> dict[str, Any]:
+        pid = (entry or {}).get("pid")
+        if processes.is_alive(pid, self._marker()):
+            return entry or {}
+        if name == "service":
+            url_file(self.settings).unlink(missing_ok=True)
+        return {"pid": self._daemon(name).spawn()}
+
+    def _wait_for_service(self, pid: int) -> None:
+        timeout = self.settings.service.start_timeout_s
+        log = self.paths.logs / "service.log"
+
+        def probe(check: Callable[[], T | None]) -> Callable[[], T | None]:
+            def guarded() -> T | None:
+                if not processes.is_alive(pid, self._marker()):
+                    raise StackError(
+                        f"the service exited while starting:\n{_tail(log)}",
+                        part="service",
+                        log=str(log),
+                    )
+                return check()
+
+            return guarded
+
+        url = _wait_for(probe(self._service_url), timeout, "the service to bind its port", log)
+        _wait_for(probe(lambda: _ready(url)), timeout, "the service to become ready", log)
+
+    def _service_url(self) -> str | None:
+        path = url_file(self.settings)
+        return path.read_text().strip() if path.exists() else None
+
+    def _postgres_status(self) -> PartStatus:
+        if not self.postgres.is_running():
+            return PartStatus(False, {"error": "not running"})
+        try:
+            with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), connect_timeout=5) as conn:
+                version = conn.execute("SHOW server_version").fetchone()
+        except psycopg.Error as error:
+            return PartStatus(False, {"error": str(error)})
+        return PartStatus(
+            True,
+            {"version": version[0] if version else None, "socket_dir": str(self.paths.socket_dir)},
+        )
+
+    def _service_status(self, pid: int | None, url: str | None) -> PartStatus:
+        if not processes.is_alive(pid, self._marker()) or url is None:
+            return PartStatus(False, {"error": "not running"})
+        try:
+            response = httpx.get(f"{url}/readyz", timeout=5)
+        except httpx.HTTPError as error:
+            return PartStatus(False, {"pid": pid, "error": str(error)})
+        checks = response.json().get("checks", {})
+        return PartStatus(response.status_code == 200, {"pid": pid, "url": url, "checks": checks})
+
+    # -- record ----------------------------------------------------------------------------
+
+    def _marker(self) -> str:
+        return str(self.paths.root)
+
+    def _read_record(self) -> dict[str, Any]:
+        path = self.paths.stack_file
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        temp = self.paths.stack_file.with_suffix(".tmp")
+        temp.write_text(json.dumps(record, indent=2) + "\n")
+        temp.replace(self.paths.stack_file)
+
+
+def _ready(url: str | None) -> bool | None:
+    if url is None:
+        return None
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200 or None
+    except httpx.HTTPError:
+        return None
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _wait_for(probe: Callable[[], T | None], timeout_s: float, what: str, log: Path) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise StackError(f"timed out after {timeout_s:.0f} s waiting for {what}; see {log}")

@@ -1,0 +1,58 @@
+"""`quarry up / status / down` through the real console script, and restarts losing nothing."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from service.paths import StatePaths
+from service.postgres import EmbeddedPostgres
+from tests.fixtures.stack import run_json, run_quarry
+
+
+def test_up_status_down_up_keeps_state(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    try:
+        up = run_json(state, "up")
+        assert up["healthy"] and up["service_url"].startswith("http://127.0.0.1:")
+        status = run_json(state, "status")
+        assert status["healthy"]
+        assert set(status["parts"]) >= {"postgres", "service"}
+        assert httpx.get(status["service_url"] + "/healthz").json() == {"status": "ok"}
+
+        dsn = EmbeddedPostgres(StatePaths.at(state)).dsn()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("INSERT INTO tasks (id, description) VALUES ('kept', 'survives down')")
+        token = (state / "admin.token").read_text()
+        assert stat.S_IMODE((state / "admin.token").stat().st_mode) == 0o600
+
+        run_quarry(state, "down")
+        down = run_quarry(state, "status", "--json", check=False)
+        assert down.returncode == 3
+
+        again = run_json(state, "up")
+        assert again["healthy"]
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT description FROM tasks WHERE id = 'kept'").fetchone() == (
+                "survives down",
+            )
+        assert (state / "admin.token").read_text() == token
+    finally:
+        run_quarry(state, "down", check=False)
+
+
+def test_up_twice_is_idempotent(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    try:
+        first = run_json(state, "up")
+        second = run_json(state, "up")
+        assert first["parts"]["service"]["pid"] == second["parts"]["service"]["pid"]
+    finally:
+        run_quarry(state, "down", check=False)
+
+
+def test_down_without_up_is_harmless(tmp_path: Path) -> None:
+    assert run_quarry(tmp_path / "never", "down").returncode == 0
