@@ -1,0 +1,1 @@
+"""Curations: guarded SQL over the curation views, built into manifests."""
