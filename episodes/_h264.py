@@ -1,0 +1,112 @@
+"""H.264 encode and decode through PyAV (libx264 to write, FFmpeg's h264 decoder to read)."""
+
+from __future__ import annotations
+
+import fractions
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import av
+import numpy as np
+import numpy.typing as npt
+
+from .errors import DecodeError
+
+
+@dataclass(frozen=True)
+class VideoConfig:
+    """Encoder settings for camera topics.
+
+    :param codec: ``h264`` (the Quarry layout) or ``jpeg`` (per-frame, benchmark baseline).
+    :param crf: libx264 constant rate factor (lower is better quality, larger files).
+    :param preset: libx264 speed preset.
+    :param jpeg_quality: JPEG quality (1-100) of the per-frame baseline.
+    """
+
+    codec: str = "h264"
+    crf: int = 20
+    preset: str = "veryfast"
+    jpeg_quality: int = 90
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready form (recorded in the container's layout metadata)."""
+        return {
+            "codec": self.codec,
+            "crf": self.crf,
+            "preset": self.preset,
+            "jpeg_quality": self.jpeg_quality,
+        }
+
+
+def encode_h264(
+    frames: npt.NDArray[np.uint8],
+    fps: float,
+    keyframes: npt.NDArray[np.bool_],
+    gop: int,
+    config: VideoConfig,
+) -> list[tuple[bytes, bool]]:
+    """Encode RGB frames (N, H, W, 3) into one Annex B access unit per frame.
+
+    Frames where ``keyframes`` is set are forced to IDR frames, so decoding can start there;
+    ``bf=0`` keeps decode order equal to capture order and ``sc_threshold=0`` stops the
+    encoder adding scene-cut keyframes. Returns ``(access unit, is_keyframe)`` per frame.
+    """
+    count, height, width = frames.shape[:3]
+    ctx = av.CodecContext.create("libx264", "w")
+    ctx.width, ctx.height, ctx.pix_fmt = width, height, "yuv420p"
+    rate = fractions.Fraction(fps).limit_denominator(1001)
+    ctx.time_base, ctx.framerate = 1 / rate, rate
+    ctx.gop_size, ctx.max_b_frames, ctx.thread_count = gop, 0, 1
+    ctx.options = {
+        "preset": config.preset,
+        "crf": str(config.crf),
+        "bf": "0",
+        "sc_threshold": "0",
+        "g": str(gop),
+        "keyint_min": str(gop),
+        "forced-idr": "1",
+    }
+    packets: list[tuple[bytes, bool]] = []
+    for index in range(count):
+        frame = av.VideoFrame.from_ndarray(frames[index], format="rgb24").reformat(format="yuv420p")
+        frame.pts = index
+        if keyframes[index]:
+            frame.pict_type = av.video.frame.PictureType.I
+        packets.extend((bytes(p), bool(p.is_keyframe)) for p in ctx.encode(frame))
+    packets.extend((bytes(p), bool(p.is_keyframe)) for p in ctx.encode(None))
+    if len(packets) != count:
+        raise DecodeError(f"encoder returned {len(packets)} packets for {count} frames")
+    return packets
+
+
+def decode_h264(
+    units: Sequence[bytes], topic: str | None = None, keep: Collection[int] | None = None
+) -> list[npt.NDArray[np.uint8] | None]:
+    """Decode access units (starting at a keyframe) into RGB uint8 (H, W, 3) frames, in order.
+
+    Only frames whose position is in ``keep`` (all when ``None``) are converted to RGB; the
+    others come back as ``None``.
+    """
+    ctx = av.CodecContext.create("h264", "r")
+    ctx.thread_count = 1
+    out: list[npt.NDArray[np.uint8] | None] = []
+
+    def collect(frames: list[av.VideoFrame]) -> None:
+        for frame in frames:
+            wanted = keep is None or len(out) in keep
+            out.append(rgb_array(frame) if wanted else None)
+
+    try:
+        for unit in units:
+            collect(ctx.decode(av.Packet(unit)))
+        collect(ctx.decode(None))
+    except av.FFmpegError as exc:
+        raise DecodeError(f"H.264 decode failed: {exc}", topic=topic) from exc
+    if len(out) != len(units):
+        raise DecodeError(f"decoded {len(out)} frames from {len(units)} units", topic=topic)
+    return out
+
+
+def rgb_array(frame: av.VideoFrame) -> npt.NDArray[np.uint8]:
+    """A decoded frame as an RGB uint8 (H, W, 3) array."""
+    return np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)

@@ -1,0 +1,175 @@
+"""Ingest: write containers into the object store, check them, and register them.
+
+``ingest_synth`` is what ``quarry ingest synth`` runs. Episode ids derive from
+``(seed, index)``, so running it again registers nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from tqdm import tqdm
+
+from .episode import EpisodeData
+from .quality import QualityReport, check_episode
+from .reader import EpisodeReader
+from .registry import (
+    EpisodeRecord,
+    RegistryError,
+    record_from_info,
+    register_episode,
+    registered_ids,
+)
+from .stats import DimStats, episode_stats
+from .synth import FleetConfig, episode_id, synth_episode
+from .writer import WriteOptions, write_episode
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """One ingested episode: where it is stored and what QC found."""
+
+    episode_id: str
+    uri: str
+    robot_id: str
+    task_id: str
+    size_bytes: int
+    sha256: str
+    success: bool
+    flags: tuple[str, ...]
+    created: bool
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A container written to the object store, with its row, QC and statistics."""
+
+    record: EpisodeRecord
+    quality: QualityReport
+    stats: list[DimStats]
+
+
+def container_path(objects_root: Path, robot_id: str, episode: str) -> Path:
+    """Where a container lives: ``<objects_root>/episodes/<robot>/<episode_id>.mcap``."""
+    return objects_root / "episodes" / robot_id / f"{episode}.mcap"
+
+
+def store_episode(episode: EpisodeData, objects_root: Path, options: WriteOptions) -> Prepared:
+    """Write ``episode`` atomically into the object store; check it and compute statistics."""
+    buffer = io.BytesIO()
+    write_episode(episode, buffer, options)
+    data = buffer.getvalue()
+    path = container_path(objects_root.resolve(), episode.robot_id, episode.episode_id)
+    write_atomic(path, data)
+    return prepare_bytes(data, "file://" + str(path))
+
+
+def prepare_bytes(data: bytes, uri: str) -> Prepared:
+    """QC, statistics and the row of the container ``data`` stored at ``uri``."""
+    reader = EpisodeReader(io.BytesIO(data), name=uri)
+    quality = check_episode(reader)
+    stats = episode_stats(reader)
+    record = record_from_info(reader.info, uri, len(data), hashlib.sha256(data).hexdigest())
+    return Prepared(record, quality, stats)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
+        Path(tmp).replace(path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def register(conn: psycopg.Connection[Any], prepared: Prepared) -> IngestResult:
+    """Register a prepared container and describe the outcome."""
+    created = register_episode(conn, prepared.record, prepared.quality, prepared.stats)
+    rec = prepared.record
+    return IngestResult(
+        rec.episode_id,
+        rec.uri,
+        rec.robot_id,
+        rec.task_id,
+        rec.size_bytes,
+        rec.sha256,
+        rec.success,
+        tuple(prepared.quality.flag_names),
+        created,
+    )
+
+
+def _synth_one(seed: int, index: int, objects_root: Path, config: FleetConfig | None) -> Prepared:
+    return store_episode(synth_episode(seed, index, config), objects_root, WriteOptions())
+
+
+def ingest_synth(
+    conn: psycopg.Connection[Any],
+    objects_root: Path,
+    episodes: int,
+    seed: int,
+    progress: bool = True,
+    *,
+    config: FleetConfig | None = None,
+    workers: int | None = None,
+) -> list[IngestResult]:
+    """Generate, store, check and register synthetic episodes ``0..episodes-1`` of ``seed``.
+
+    Episodes already registered are skipped (reported with ``created=False`` and no flags).
+    ``workers`` processes generate and encode in parallel (default: CPU count, at most 4);
+    registration happens here, one transaction per episode. Results follow index order.
+    """
+    ids = [episode_id(seed, i) for i in range(episodes)]
+    done = registered_ids(conn, ids)
+    todo = [i for i, eid in enumerate(ids) if eid not in done]
+    results: dict[int, IngestResult] = {}
+    bar = tqdm(total=episodes, initial=episodes - len(todo), disable=not progress, unit="ep")
+    with bar:
+        for index, prepared in _prepare_all(seed, todo, objects_root, config, workers):
+            results[index] = register(conn, prepared)
+            bar.update(1)
+    for index in set(range(episodes)) - set(results):
+        results[index] = _existing(conn, ids[index])
+    return [results[i] for i in range(episodes)]
+
+
+def _prepare_all(
+    seed: int, todo: list[int], root: Path, config: FleetConfig | None, workers: int | None
+) -> Iterator[tuple[int, Prepared]]:
+    count = workers if workers is not None else min(4, os.cpu_count() or 1)
+    if count <= 1 or len(todo) <= 1:
+        for index in todo:
+            yield index, _synth_one(seed, index, root, config)
+        return
+    with ProcessPoolExecutor(max_workers=count, mp_context=get_context("spawn")) as pool:
+        futures = [(i, pool.submit(_synth_one, seed, i, root, config)) for i in todo]
+        for index, future in futures:
+            yield index, future.result()
+
+
+def _existing(conn: psycopg.Connection[Any], episode: str) -> IngestResult:
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(
+            "SELECT uri, robot_id, task_id, size_bytes, sha256, success FROM episodes"
+            " WHERE id = %s",
+            (episode,),
+        )
+        row = cur.fetchone()
+    if row is None:
+        raise RegistryError("episode row vanished during ingest", file=episode)
+    uri, robot, task, size, sha, success = row
+    return IngestResult(episode, uri, robot, task, size, sha, success, (), False)

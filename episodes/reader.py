@@ -1,0 +1,323 @@
+"""Read samples and whole topics from a container, one whole chunk per read, counting chunks."""
+
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import fsspec
+import numpy as np
+import numpy.typing as npt
+from mcap.records import Message
+
+from . import messages as msg
+from ._h264 import decode_h264
+from ._index import ChunkRef, Source, read_chunk, read_metadata, read_summary
+from ._jpeg import decode_jpeg
+from .episode import ACTIONS
+from .errors import DecodeError, RangeError, SchemaError, SourceError, SpecError, TopicError
+from .info import METADATA_NAME, ContainerInfo, TopicInfo, parse_info
+from .sample import Sample, frame_picks, grid, hold, interpolate
+from .spec import SampleSpec
+
+_Frame = tuple[msg.FrameHeader, bytes]
+
+
+class EpisodeReader:
+    """Reads one container through its chunk index, never the whole file.
+
+    :param source: a path, a ``file://`` or fsspec URI, or a seekable binary file object
+        (e.g. an fsspec file opened with ``cache_type="none"``), which the caller keeps open.
+    :param name: how errors name the container; defaults to the path or URI.
+    """
+
+    def __init__(
+        self, source: str | os.PathLike[str] | IO[bytes], *, name: str | None = None
+    ) -> None:
+        stream, self._owned, default = _open(source)
+        self.name = name or default
+        self._src = Source(stream, self.name)
+        try:
+            summary = read_summary(self._src)
+            meta = read_metadata(self._src, summary, METADATA_NAME)
+            self.info: ContainerInfo = parse_info(summary, meta, self.name)
+        except BaseException:
+            self.close()
+            raise
+        #: chunks read so far, counted inside the reader.
+        self.chunk_reads = 0
+        #: seconds spent fetching and parsing those chunks (I/O, CRC, decompression).
+        self.fetch_seconds = 0.0
+        self._refs = {t: self.info.chunks_with(t) for t in self.info.topics}
+        self._starts = {t: [r.start_ns for r in refs] for t, refs in self._refs.items()}
+
+    def close(self) -> None:
+        """Close the file if this reader opened it."""
+        if self._owned:
+            self._src.stream.close()
+
+    def __enter__(self) -> EpisodeReader:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @property
+    def requests(self) -> int:
+        """Read calls made on the underlying file (summary, metadata and chunks)."""
+        return self._src.reads
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read from the underlying file so far."""
+        return self._src.bytes_read
+
+    def read_sample(self, anchor_ns: int, spec: SampleSpec) -> Sample:
+        """The sample at ``anchor_ns`` (integer nanoseconds, inside ``[start_ns, end_ns)``)."""
+        if not isinstance(spec, SampleSpec):
+            raise SpecError(f"spec must be a SampleSpec, got {type(spec).__name__}")
+        if not self.info.start_ns <= anchor_ns < self.info.end_ns:
+            raise RangeError(
+                f"anchor {anchor_ns} outside the episode "
+                f"[{self.info.start_ns}, {self.info.end_ns})",
+                file=self.name,
+            )
+        loaded = _Loaded(self)
+        frames, frame_ns, frame_valid = {}, {}, {}
+        for cam in self.info.cameras:
+            frames[cam.topic], frame_ns[cam.topic], frame_valid[cam.topic] = self._frames(
+                loaded, cam, anchor_ns, spec
+            )
+        state, state_ns, state_valid = self._state(loaded, anchor_ns, spec)
+        actions, action_ns, action_valid = self._actions(loaded, anchor_ns, spec)
+        return Sample(
+            anchor_ns,
+            frames,
+            frame_ns,
+            frame_valid,
+            state,
+            state_ns,
+            state_valid,
+            actions,
+            action_ns,
+            action_valid,
+        )
+
+    def _frames(
+        self, loaded: _Loaded, cam: TopicInfo, anchor_ns: int, spec: SampleSpec
+    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        count, stride = spec.frames_per_camera, spec.frame_stride
+        frames = self._frame_history(loaded, cam.topic, anchor_ns, (count - 1) * stride + 1)
+        times = np.array([h.time_ns for h, _ in frames], dtype=np.int64)
+        picks = frame_picks(times, anchor_ns, count, stride)
+        valid = picks >= 0
+        height, width = int(cam.schema["height"]), int(cam.schema["width"])
+        out = np.zeros((count, height, width, 3), dtype=np.uint8)
+        out_ns = np.full(count, anchor_ns, dtype=np.int64)
+        if valid.any():
+            decoded = self._decode(cam, frames, [int(p) for p in picks[valid]])
+            out[valid] = decoded
+            out_ns[valid] = times[picks[valid]]
+            first = int(np.argmax(valid))
+            out[~valid], out_ns[~valid] = out[first], out_ns[first]
+        return out, out_ns, valid
+
+    def _frame_history(
+        self, loaded: _Loaded, topic: str, anchor_ns: int, need: int
+    ) -> list[_Frame]:
+        """Frames of ``topic`` from enough chunks back to hold ``need`` frames at/before the
+        anchor and a keyframe before the oldest, sorted by frame index."""
+        refs = self._refs[topic]
+        i = bisect.bisect_right(self._starts[topic], anchor_ns) - 1
+        frames: list[_Frame] = []
+        while i >= 0:
+            frames.extend(loaded.frames(refs[i], self.info.topics[topic]))
+            frames.sort(key=lambda f: f[0].index)
+            i -= 1
+            before = [k for k, (h, _) in enumerate(frames) if h.time_ns <= anchor_ns]
+            if len(before) < need:
+                continue
+            oldest = before[-need]
+            keyed = any(h.keyframe for h, _ in frames[: oldest + 1])
+            if keyed and (i < 0 or refs[i].end_ns < frames[oldest][0].time_ns):
+                break
+        return frames
+
+    def _decode(self, cam: TopicInfo, frames: list[_Frame], picks: list[int]) -> list[Any]:
+        if cam.schema["codec"] == "jpeg":
+            return [decode_jpeg(frames[p][1], topic=cam.topic) for p in picks]
+        first = min(picks)
+        keys = [k for k in range(first + 1) if frames[k][0].keyframe]
+        if not keys:
+            raise DecodeError("no keyframe before the frame", file=self.name, topic=cam.topic)
+        start = keys[-1]
+        try:
+            units = [d for _, d in frames[start : max(picks) + 1]]
+            decoded = decode_h264(units, cam.topic, keep={p - start for p in picks})
+        except DecodeError as exc:
+            exc.file, exc.offset = self.name, None
+            raise
+        return [decoded[p - start] for p in picks]
+
+    def _state(
+        self, loaded: _Loaded, anchor_ns: int, spec: SampleSpec
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        topics = self.info.state_topics()
+        if not topics:
+            raise TopicError("container has no state topics", file=self.name)
+        at = grid(anchor_ns, spec.period_ns, spec.state_history, 0)
+        parts, valid = [], np.ones(len(at), dtype=bool)
+        for topic in topics:
+            times, values = loaded.vectors(
+                self._span(loaded, topic, int(at[0]), anchor_ns, True), topic
+            )
+            part, ok = interpolate(times, values, at, 1e9 / topic.rate_hz)
+            parts.append(part)
+            valid &= ok
+        return np.concatenate(parts, axis=1), at, valid
+
+    def _actions(
+        self, loaded: _Loaded, anchor_ns: int, spec: SampleSpec
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        topic = self.info.vector(ACTIONS)
+        if topic is None:
+            raise TopicError("container has no actions topic", file=self.name, topic=ACTIONS)
+        at = grid(anchor_ns, spec.period_ns, 0, spec.action_horizon)
+        hi = min(int(at[-1]), self.info.end_ns - 1)
+        times, values = loaded.vectors(self._span(loaded, topic, anchor_ns, hi, False), topic)
+        out, valid = hold(times, values, at, 1e9 / topic.rate_hz)
+        return out, at, valid & (at < self.info.end_ns)
+
+    def _span(
+        self, loaded: _Loaded, topic: TopicInfo, lo: int, hi: int, after: bool
+    ) -> list[Message]:
+        """Messages of ``topic`` from the chunks overlapping ``[lo, hi]``, extended to one
+        message at/before ``lo`` (and, if ``after``, one at/after ``hi``) where they exist."""
+        refs = self._refs[topic.topic]
+        hits = [k for k, r in enumerate(refs) if r.start_ns <= hi and r.end_ns >= lo]
+        first = hits[0] if hits else bisect.bisect_right(self._starts[topic.topic], lo)
+        last = hits[-1] if hits else first - 1
+        out = [m for k in hits for m in loaded.messages(refs[k], topic)]
+        while first > 0 and not any(m.log_time <= lo for m in out):
+            first -= 1
+            out.extend(loaded.messages(refs[first], topic))
+        while after and last + 1 < len(refs) and not any(m.log_time >= hi for m in out):
+            last += 1
+            out.extend(loaded.messages(refs[last], topic))
+        return out
+
+    def read_messages(self, topic: str) -> list[Message]:
+        """Every message of ``topic``, in recorded order (by sequence)."""
+        info = self._topic(topic)
+        loaded = _Loaded(self)
+        out = [m for ref in self._refs[topic] for m in loaded.messages(ref, info)]
+        out.sort(key=lambda m: m.sequence)
+        return out
+
+    def read_vectors(self, topic: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """All samples of a vector topic in recorded order: times (N,) ns, values (N, D)."""
+        info = self._topic(topic)
+        return _unpack(self.read_messages(topic), info, self.name)
+
+    def iter_frames(
+        self, topic: str
+    ) -> Iterator[tuple[msg.FrameHeader, npt.NDArray[np.uint8] | None]]:
+        """Every frame of a camera in order, decoded; ``None`` for frames that fail to decode."""
+        info = self._topic(topic)
+        frames = [msg.unpack_frame(m.data, topic) for m in self.read_messages(topic)]
+        for segment in _segments(frames, info.schema["codec"]):
+            decoded: list[npt.NDArray[np.uint8] | None]
+            try:
+                if info.schema["codec"] == "jpeg":
+                    decoded = [decode_jpeg(d, topic) for _, d in segment]
+                else:
+                    decoded = decode_h264([d for _, d in segment], topic)
+            except DecodeError:
+                decoded = [None] * len(segment)
+            yield from zip((h for h, _ in segment), decoded, strict=True)
+
+    def _topic(self, topic: str) -> TopicInfo:
+        info = self.info.topics.get(topic)
+        if info is None:
+            raise TopicError("no such topic in the container", file=self.name, topic=topic)
+        return info
+
+
+class _Loaded:
+    """Chunks read during one call, parsed once each and counted on the reader."""
+
+    def __init__(self, reader: EpisodeReader) -> None:
+        self._reader = reader
+        self._chunks: dict[int, dict[int, list[Message]]] = {}
+
+    def messages(self, ref: ChunkRef, topic: TopicInfo) -> list[Message]:
+        chunk = self._chunks.get(ref.offset)
+        if chunk is None:
+            started = time.perf_counter()
+            chunk = {}
+            for m in read_chunk(self._reader._src, ref):
+                chunk.setdefault(m.channel_id, []).append(m)
+            self._chunks[ref.offset] = chunk
+            self._reader.chunk_reads += 1
+            self._reader.fetch_seconds += time.perf_counter() - started
+        return chunk.get(topic.channel_id, [])
+
+    def frames(self, ref: ChunkRef, topic: TopicInfo) -> list[_Frame]:
+        return [msg.unpack_frame(m.data, topic.topic) for m in self.messages(ref, topic)]
+
+    def vectors(
+        self, messages: list[Message], topic: TopicInfo
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        unique = {m.sequence: m for m in messages}
+        return _unpack([unique[k] for k in sorted(unique)], topic, self._reader.name)
+
+
+def _unpack(
+    messages: list[Message], topic: TopicInfo, name: str
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    try:
+        return msg.unpack_vectors([m.data for m in messages], len(topic.names), topic.topic)
+    except SchemaError as exc:
+        exc.file = name
+        raise
+
+
+def _segments(frames: list[_Frame], codec: str) -> Iterator[list[_Frame]]:
+    """Runs of frames that decode on their own: from each keyframe to the next."""
+    segment: list[_Frame] = []
+    for frame in frames:
+        if segment and (codec == "jpeg" or frame[0].keyframe):
+            yield segment
+            segment = []
+        segment.append(frame)
+    if segment:
+        yield segment
+
+
+def _open(source: str | os.PathLike[str] | IO[bytes]) -> tuple[IO[bytes], bool, str]:
+    """The stream for ``source``, whether this reader owns it, and a display name."""
+    try:
+        return _open_unchecked(source)
+    except FileNotFoundError as exc:
+        raise SourceError(f"no such container: {exc}", file=str(source), retryable=False) from exc
+    except OSError as exc:
+        raise SourceError(f"cannot open container: {exc}", file=str(source)) from exc
+
+
+def _open_unchecked(source: str | os.PathLike[str] | IO[bytes]) -> tuple[IO[bytes], bool, str]:
+    if isinstance(source, os.PathLike):
+        return Path(source).open("rb"), True, os.fspath(source)
+    if isinstance(source, str):
+        if source.startswith("file://"):
+            return Path(source.removeprefix("file://")).open("rb"), True, source
+        if "://" in source:
+            return fsspec.open(source, "rb", cache_type="none").open(), True, source
+        return Path(source).open("rb"), True, source
+    return source, False, str(getattr(source, "path", None) or getattr(source, "name", "<stream>"))
