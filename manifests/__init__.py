@@ -1,1 +1,51 @@
-"""Manifest format: build from a query result, store, open by mmap, index and shard."""
+"""Manifest format: build from a query result, store, open by mmap, index and shard.
+
+A manifest is an uncompressed Arrow IPC file, one row per episode slice, named by the SHA-256
+of its bytes; see ``docs/manifests.md``.
+"""
+
+from .build import DEFAULT_BATCH_ROWS, ManifestInfo, build_manifest, prepare_table
+from .diff import ManifestDiff, diff_manifests
+from .errors import (
+    ManifestCorruptError,
+    ManifestError,
+    ManifestFormatError,
+    ManifestIdError,
+    ManifestIndexError,
+    ManifestIOError,
+    ManifestNotFoundError,
+    ManifestSchemaError,
+)
+from .index import SampleIndex
+from .manifest import Manifest, ManifestRow, is_manifest_id, open_manifest
+from .meta import ManifestMeta
+from .schema import FORMAT_VERSION, REQUIRED_FIELDS
+from .stats import FieldStats
+from .store import ManifestStore
+
+__all__ = [
+    "DEFAULT_BATCH_ROWS",
+    "FORMAT_VERSION",
+    "REQUIRED_FIELDS",
+    "FieldStats",
+    "Manifest",
+    "ManifestCorruptError",
+    "ManifestDiff",
+    "ManifestError",
+    "ManifestFormatError",
+    "ManifestIOError",
+    "ManifestIdError",
+    "ManifestIndexError",
+    "ManifestInfo",
+    "ManifestMeta",
+    "ManifestNotFoundError",
+    "ManifestRow",
+    "ManifestSchemaError",
+    "ManifestStore",
+    "SampleIndex",
+    "build_manifest",
+    "diff_manifests",
+    "is_manifest_id",
+    "open_manifest",
+    "prepare_table",
+]

@@ -1,0 +1,119 @@
+"""torch datasets over a manifest: map-style and iterable, safe under DataLoader workers.
+
+Both pickle a manifest path and a configuration (never the table): each worker re-opens the
+memory map, the cache index and its episode readers on first use. Batches are dicts of
+tensors (see :func:`collate_samples`).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from .assemble import Item, SampleSource
+from .config import LoaderConfig
+from .errors import LoaderError
+from .sampler import EpochSampler
+
+Batch = dict[str, Any]
+
+
+def collate_samples(items: Sequence[Item | None]) -> Batch:
+    """Stack samples into a batch; ``None`` items (skipped bad samples) are dropped and counted.
+
+    Returns ``frames`` {camera topic: uint8 [B, F, H, W, 3]}, ``frame_valid`` {camera: bool
+    [B, F]}, ``state`` float32 [B, Hs, Ds], ``state_valid`` bool [B, Hs], ``actions`` float32
+    [B, Ha, Da], ``action_valid`` bool [B, Ha], ``sample_index`` int64 [B] and ``bad_samples``
+    (int, items dropped).
+    """
+    good = [item for item in items if item is not None]
+    batch: Batch = {"bad_samples": len(items) - len(good)}
+    if not good:
+        batch["sample_index"] = torch.zeros(0, dtype=torch.int64)
+        return batch
+    cameras = sorted(good[0]["frames"])
+    if any(sorted(item["frames"]) != cameras for item in good):
+        raise LoaderError("samples of one batch have different cameras")
+    for key in ("frames", "frame_valid"):
+        batch[key] = {
+            cam: torch.from_numpy(np.stack([i[key][cam] for i in good])) for cam in cameras
+        }
+    for key in ("state", "state_valid", "actions", "action_valid"):
+        batch[key] = torch.from_numpy(np.stack([item[key] for item in good]))
+    batch["sample_index"] = torch.tensor([item["sample_index"] for item in good], dtype=torch.int64)
+    return batch
+
+
+def batch_positions(batch: Batch) -> int:
+    """Sampler positions a batch covers (samples delivered plus samples skipped as bad):
+    what to pass to :meth:`EpochSampler.mark_consumed` once the step is done."""
+    return int(batch["sample_index"].shape[0]) + int(batch["bad_samples"])
+
+
+def seed_worker(worker_id: int) -> None:
+    """``worker_init_fn``: seed Python's and numpy's generators from torch's per-worker seed."""
+    seed = torch.initial_seed() % 2**32
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+class ManifestDataset(Dataset[Item | None]):
+    """Map-style: item ``i`` is global sample ``i`` of the manifest.
+
+    Use with ``DataLoader(ds, sampler=EpochSampler(...), batch_size=..., collate_fn=
+    collate_samples, worker_init_fn=seed_worker)``. Items are ``None`` for bad samples skipped
+    under ``bad_episode="skip_and_count"``.
+    """
+
+    def __init__(self, manifest_path: str | os.PathLike[str], config: LoaderConfig) -> None:
+        self.source = SampleSource(manifest_path, config)
+
+    def __len__(self) -> int:
+        return self.source.num_samples
+
+    def __getitem__(self, index: int) -> Item | None:
+        return self.source.read(int(index))
+
+
+class ManifestIterableDataset(IterableDataset[Batch]):
+    """Iterable: yields this rank's whole batches in the sampler's order.
+
+    Batch ``b`` (samples ``b * B`` to ``(b + 1) * B`` of the rank's remaining sequence) is
+    built by worker ``b % num_workers``; a DataLoader yields worker batches in order, so
+    the batches arrive in sampler order and ``mark_consumed(batch_positions(batch))`` after
+    each step keeps the sampler's count exact. Use with ``DataLoader(ds, batch_size=None,
+    num_workers=..., worker_init_fn=seed_worker)``.
+    """
+
+    def __init__(
+        self,
+        manifest_path: str | os.PathLike[str],
+        config: LoaderConfig,
+        sampler: EpochSampler,
+    ) -> None:
+        self.source = SampleSource(manifest_path, config)
+        self.sampler = sampler
+        self.batch_size = config.batch_size
+        if sampler.num_samples != self.source.num_samples:
+            message = (
+                f"sampler has {sampler.num_samples} samples, the manifest {self.source.num_samples}"
+            )
+            raise LoaderError(message)
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
+        indices = self.sampler.indices()
+        size = self.batch_size
+        for start in range(worker * size, len(indices), workers * size):
+            chunk = indices[start : start + size].tolist()
+            yield collate_samples([self.source.read(i) for i in chunk])

@@ -1,0 +1,90 @@
+"""Errors raised by the loader package.
+
+Every error derives from :class:`LoaderError`, carries structured attributes (the object
+``uri``, the ``episode_id`` and the cache ``key`` where they apply) and a ``retryable`` flag,
+and pickles with those attributes intact, because errors cross DataLoader worker processes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LoaderError(Exception):
+    """Base error of the loader package.
+
+    :param message: what went wrong, in words.
+    :param uri: the object-store URI the error concerns, if any.
+    :param episode_id: the episode the error concerns, if any.
+    :param key: the cache key (hex SHA-256 of the object) the error concerns, if any.
+    :param retryable: ``True`` when retrying the same call may succeed (e.g. a network read).
+    """
+
+    retryable_default = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uri: str | None = None,
+        episode_id: str | None = None,
+        key: str | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.uri = uri
+        self.episode_id = episode_id
+        self.key = key
+        self.retryable = self.retryable_default if retryable is None else retryable
+
+    def __str__(self) -> str:
+        where = [
+            f"{name}={value}"
+            for name, value in (
+                ("episode_id", self.episode_id),
+                ("uri", self.uri),
+                ("key", self.key),
+            )
+            if value is not None
+        ]
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message,), self.__dict__.copy())
+
+
+class ObjectStoreError(LoaderError):
+    """Reading from the object store failed (network, permissions); usually worth retrying."""
+
+    retryable_default = True
+
+
+class ObjectNotFoundError(ObjectStoreError):
+    """No object at the URI."""
+
+    retryable_default = False
+
+
+class ChecksumError(LoaderError):
+    """An object's bytes do not hash to the SHA-256 the manifest records."""
+
+
+class CacheError(LoaderError):
+    """The node-local cache is unusable (its index, its folder, a lock that timed out)."""
+
+    retryable_default = True
+
+
+class CacheFullError(CacheError):
+    """The cache disk is full even after evicting every object no live process needs."""
+
+    retryable_default = False
+
+
+class BadEpisodeError(LoaderError):
+    """An episode could not be read into a sample (corrupt container, missing topic, ...)."""
+
+
+class SamplerStateError(LoaderError):
+    """A sampler state dict does not fit this sampler (other seed, manifest or epoch)."""

@@ -1,0 +1,131 @@
+"""A folder of manifests addressed by ID: put, get, list, verify."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+
+from ._publish import ID_SUFFIX, AtomicFile, hash_file
+from .build import DEFAULT_BATCH_ROWS, ManifestInfo, build_manifest
+from .errors import (
+    ManifestCorruptError,
+    ManifestIdError,
+    ManifestIOError,
+    ManifestNotFoundError,
+)
+from .manifest import Manifest, is_manifest_id, open_manifest
+from .meta import ManifestMeta
+
+_COPY_BLOCK = 8 * 1024 * 1024
+
+
+class ManifestStore:
+    """Manifests under one folder, each at ``<root>/<id>.arrow``; IDs are SHA-256 digests.
+
+    Every write goes through a temp file, fsync and rename, so concurrent writers of the same
+    manifest (same bytes, same ID) and concurrent readers are safe.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def path(self, manifest_id: str) -> Path:
+        """Where manifest ``manifest_id`` lies (whether or not it exists).
+
+        :raises ManifestIdError: ``manifest_id`` is not 64 lowercase hex digits.
+        """
+        if not is_manifest_id(manifest_id):
+            raise ManifestIdError("not a manifest ID", manifest_id=manifest_id[:80])
+        return self.root / f"{manifest_id}{ID_SUFFIX}"
+
+    def contains(self, manifest_id: str) -> bool:
+        """Whether manifest ``manifest_id`` is in the store."""
+        return self.path(manifest_id).is_file()
+
+    def build(
+        self, table: pa.Table, meta: ManifestMeta, *, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> ManifestInfo:
+        """Build a manifest from a query result straight into the store."""
+        return build_manifest(table, meta, self.root, batch_rows=batch_rows)
+
+    def get(self, manifest_id: str) -> Manifest:
+        """Open manifest ``manifest_id`` by memory map.
+
+        :raises ManifestNotFoundError: no such manifest.
+        """
+        path = self.path(manifest_id)
+        if not path.is_file():
+            raise ManifestNotFoundError("no such manifest", manifest_id=manifest_id)
+        return open_manifest(path)
+
+    def put(
+        self, source: str | os.PathLike[str] | bytes | BinaryIO, expected_id: str | None = None
+    ) -> ManifestInfo:
+        """Copy a manifest (a file path, bytes, or a readable binary stream) into the store.
+
+        The copy is hashed as it is written; it is checked to be a readable manifest and,
+        when ``expected_id`` is given, to hash to it, before it is published.
+
+        :raises ManifestCorruptError: the bytes do not hash to ``expected_id``.
+        :raises ManifestFormatError: the bytes are not a manifest.
+        """
+        if expected_id is not None:
+            self.path(expected_id)
+        try:
+            with AtomicFile(self.root) as atomic:
+                _copy_into(source, atomic)
+                digest = atomic.file.hexdigest()
+                if expected_id is not None and digest != expected_id:
+                    raise ManifestCorruptError(
+                        f"received bytes hash to {digest}", manifest_id=expected_id
+                    )
+                atomic.file.flush()
+                opened = open_manifest(atomic.tmp_path)
+                rows, samples, size = opened.num_rows, opened.num_samples, atomic.file.tell()
+                del opened
+                path = atomic.publish(digest + ID_SUFFIX)
+        except OSError as exc:
+            raise ManifestIOError(f"cannot store manifest: {exc}", path=str(self.root)) from exc
+        return ManifestInfo(digest, path, rows, samples, size)
+
+    def list(self) -> list[ManifestInfo]:
+        """Every manifest in the store, sorted by ID (opens each; O(1) per manifest)."""
+        if not self.root.is_dir():
+            return []
+        infos = []
+        for path in sorted(self.root.glob(f"*{ID_SUFFIX}")):
+            manifest_id = path.name.removesuffix(ID_SUFFIX)
+            if not is_manifest_id(manifest_id):
+                continue
+            opened = open_manifest(path)
+            size = path.stat().st_size
+            infos.append(ManifestInfo(manifest_id, path, opened.num_rows, opened.num_samples, size))
+        return infos
+
+    def verify(self, manifest_id: str) -> None:
+        """Hash manifest ``manifest_id`` and check it against its ID.
+
+        :raises ManifestNotFoundError: no such manifest.
+        :raises ManifestCorruptError: its bytes do not hash to its ID.
+        """
+        path = self.path(manifest_id)
+        if not path.is_file():
+            raise ManifestNotFoundError("no such manifest", manifest_id=manifest_id)
+        digest = hash_file(path)
+        if digest != manifest_id:
+            message = f"file hashes to {digest}"
+            raise ManifestCorruptError(message, manifest_id=manifest_id, path=str(path))
+
+
+def _copy_into(source: str | os.PathLike[str] | bytes | BinaryIO, atomic: AtomicFile) -> None:
+    if isinstance(source, bytes):
+        atomic.file.write(source)
+    elif isinstance(source, str | os.PathLike):
+        with Path(source).open("rb") as handle:
+            shutil.copyfileobj(handle, atomic.file, _COPY_BLOCK)
+    else:
+        shutil.copyfileobj(source, atomic.file, _COPY_BLOCK)

@@ -1,0 +1,175 @@
+"""torch datasets over real containers, the real cache, and DataLoader worker processes."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from loader.config import CacheConfig, LoaderConfig
+from loader.dataset import (
+    ManifestDataset,
+    ManifestIterableDataset,
+    batch_positions,
+    collate_samples,
+    seed_worker,
+)
+from loader.errors import BadEpisodeError, LoaderError
+from loader.sampler import EpochSampler
+from manifests import open_manifest
+
+from .conftest import ACTION_DIMS, STATE_DIMS
+
+
+def config(tmp_path: Path, **values) -> LoaderConfig:
+    return LoaderConfig(cache=CacheConfig(root=tmp_path / "cache"), **values)
+
+
+def sampler_for(path: Path, **values) -> EpochSampler:
+    manifest = open_manifest(path)
+    return EpochSampler(manifest.num_samples, manifest.index.row_offsets(), **values)
+
+
+def test_item_shapes_and_normalization(episode_set, tmp_path: Path) -> None:
+    raw = ManifestDataset(episode_set.good, config(tmp_path, normalize=False))
+    normed = ManifestDataset(episode_set.good, config(tmp_path))
+    item = raw[5]
+    assert set(item["frames"]) == {"/cam/front", "/cam/wrist"}
+    assert item["frames"]["/cam/front"].shape == (2, 24, 32, 3)
+    assert item["frames"]["/cam/front"].dtype == np.uint8
+    assert item["state"].shape == (4, STATE_DIMS) and item["state"].dtype == np.float32
+    assert item["actions"].shape == (8, ACTION_DIMS)
+    assert item["sample_index"] == 5
+    np.testing.assert_allclose(normed[5]["state"], (item["state"] - 1.0) / 2.0, rtol=1e-6)
+    np.testing.assert_allclose(normed[5]["actions"], (item["actions"] - 1.0) / 2.0, rtol=1e-6)
+
+
+def test_spec_override_changes_the_sample(episode_set, tmp_path: Path) -> None:
+    spec = {
+        "control_hz": 50.0,
+        "frames_per_camera": 3,
+        "state_history": 2,
+        "action_horizon": 4,
+        "anchor_stride": 25,
+    }
+    item = ManifestDataset(episode_set.good, config(tmp_path, sample_spec=spec))[0]
+    assert item["frames"]["/cam/wrist"].shape[0] == 3 and item["actions"].shape[0] == 4
+
+
+def test_dataset_pickles_the_path_not_the_table(episode_set, tmp_path: Path) -> None:
+    dataset = ManifestDataset(episode_set.good, config(tmp_path))
+    dataset[0]  # opens the map, the cache and a reader in this process
+    data = pickle.dumps(dataset)
+    assert len(data) < 4_000
+    copy = pickle.loads(data)
+    assert copy.source._state is None
+    np.testing.assert_array_equal(copy[0]["state"], dataset[0]["state"])
+
+
+def test_map_style_under_two_workers_covers_the_epoch(episode_set, tmp_path: Path) -> None:
+    cfg = config(tmp_path)
+    dataset = ManifestDataset(episode_set.good, cfg)
+    loader = DataLoader(
+        dataset,
+        batch_size=4,
+        sampler=sampler_for(episode_set.good, seed=3),
+        num_workers=2,
+        collate_fn=collate_samples,
+        worker_init_fn=seed_worker,
+    )
+    seen = []
+    for batch in loader:
+        b = batch["sample_index"].shape[0]
+        assert batch["frames"]["/cam/front"].shape == (b, 2, 24, 32, 3)
+        assert batch["frames"]["/cam/front"].dtype == torch.uint8
+        assert batch["state"].shape == (b, 4, STATE_DIMS) and batch["state"].dtype == torch.float32
+        assert batch["actions"].shape == (b, 8, ACTION_DIMS)
+        assert batch["action_valid"].dtype == torch.bool
+        assert batch["sample_index"].dtype == torch.int64
+        seen += batch["sample_index"].tolist()
+    assert sorted(seen) == list(range(len(dataset)))
+    status = dataset.source.process.cache.status()
+    assert status.metrics.fills == 4 and status.pinned <= 4  # one download per container
+
+
+def test_iterable_batches_arrive_in_sampler_order_and_resume(episode_set, tmp_path: Path) -> None:
+    cfg = config(tmp_path, batch_size=3)
+    sampler = sampler_for(episode_set.good, seed=5, rank=1, world_size=2)
+    expected = sampler.indices().tolist()
+    dataset = ManifestIterableDataset(episode_set.good, cfg, sampler)
+    got = []
+    for step, batch in enumerate(DataLoader(dataset, batch_size=None, num_workers=2)):
+        got += batch["sample_index"].tolist()
+        sampler.mark_consumed(batch_positions(batch))
+        if step == 1:
+            break
+    assert got == expected[:6]
+    state = sampler.state_dict()
+    resumed = sampler_for(episode_set.good, seed=5, rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    rest = ManifestIterableDataset(episode_set.good, cfg, resumed)
+    for batch in DataLoader(rest, batch_size=None, num_workers=2, worker_init_fn=seed_worker):
+        got += batch["sample_index"].tolist()
+    assert got == expected
+
+
+def test_fail_policy_raises_through_workers(episode_set, tmp_path: Path) -> None:
+    dataset = ManifestDataset(episode_set.with_bad, config(tmp_path))
+    manifest = open_manifest(episode_set.with_bad)
+    bad_sample = manifest.row(manifest.num_rows - 1).sample_offset
+    # The bad episode's samples come last in index order: the second batch holds one.
+    order = list(range(bad_sample - 2, bad_sample + 2))
+    loader = DataLoader(
+        dataset, batch_size=2, sampler=order, num_workers=2, collate_fn=collate_samples
+    )
+    batches = iter(loader)
+    assert next(batches)["sample_index"].tolist() == order[:2]
+    with pytest.raises(BadEpisodeError, match="bad-episode"):
+        next(batches)
+    del batches
+    with pytest.raises(BadEpisodeError) as caught:
+        dataset[bad_sample]
+    copy = pickle.loads(pickle.dumps(caught.value))
+    assert copy.episode_id == "bad-episode" and copy.uri.endswith("bad.mcap")
+
+
+def test_skip_policy_counts_bad_samples(episode_set, tmp_path: Path) -> None:
+    cfg = config(tmp_path, bad_episode="skip_and_count", batch_size=5)
+    manifest = open_manifest(episode_set.with_bad)
+    bad_rows = manifest.row(manifest.num_rows - 1)
+    sampler = sampler_for(episode_set.with_bad, seed=1)
+    dataset = ManifestIterableDataset(episode_set.with_bad, cfg, sampler)
+    delivered, bad = [], 0
+    for batch in DataLoader(dataset, batch_size=None, num_workers=2):
+        delivered += batch["sample_index"].tolist()
+        bad += batch["bad_samples"]
+        sampler.mark_consumed(batch_positions(batch))
+    assert bad == bad_rows.num_samples
+    assert len(delivered) + bad == manifest.num_samples
+    assert len(sampler) == 0
+
+
+def test_corrupt_cached_container_is_fetched_again(episode_set, tmp_path: Path) -> None:
+    dataset = ManifestDataset(episode_set.good, config(tmp_path))
+    reference = dataset[0]
+    source = dataset.source
+    source.close()
+    cache = source.process.cache
+    row = source.process.manifest.row(0)
+    path = cache.object_path(row.sha256)
+    stat = path.stat()
+    path.write_bytes(b"\0" * stat.st_size)  # same size and mtime: only a read can tell
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    again = dataset[0]
+    np.testing.assert_array_equal(again["state"], reference["state"])
+    assert cache.status().metrics.corrupt == 1
+
+
+def test_mismatched_sampler_is_refused(episode_set, tmp_path: Path) -> None:
+    with pytest.raises(LoaderError):
+        ManifestIterableDataset(episode_set.good, config(tmp_path), EpochSampler(3))
