@@ -1,0 +1,53 @@
+"""Settings of the CDC follower: one pydantic section, built by the entry point and passed in."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CdcConfig(BaseModel):
+    """How the follower reads the source. Times in seconds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slot: str = Field(
+        default="quarry_cdc",
+        pattern=r"^[a-z0-9_]{1,63}$",
+        description="logical replication slot (one per warehouse)",
+    )
+    publication: str = Field(default="quarry_cdc", pattern=r"^[A-Za-z0-9_]{1,63}$")
+    poll_interval_s: float = Field(
+        default=0.1, gt=0, description="wait between polls when the slot is empty"
+    )
+    max_changes_per_poll: int = Field(
+        default=20_000,
+        ge=1,
+        description="upto_nchanges of one peek; Postgres still ends it at a commit",
+    )
+    heartbeat_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="when idle this long, record the WAL flush point and advance the slot so "
+        "a quiet slot does not hold WAL",
+    )
+    maintenance_interval_s: float = Field(
+        default=300.0,
+        gt=0,
+        description="run warehouse maintenance between batches at most this often",
+    )
+    snapshot_batch_bytes: int = Field(
+        default=8 << 20, ge=1 << 16, description="CSV bytes per snapshot chunk"
+    )
+    snapshot_workers: int = Field(
+        default=2, ge=1, le=16, description="connections reading a large table's page ranges"
+    )
+    snapshot_split_pages: int = Field(
+        default=4096, ge=1, description="tables larger than this are read in ranges"
+    )
+    retry_initial_s: float = Field(default=0.5, gt=0)
+    retry_max_s: float = Field(default=10.0, gt=0)
+    resnapshot: bool = Field(
+        default=False,
+        description="drop the slot and take a new initial snapshot; only "
+        "by explicit request (a lost slot is otherwise an error)",
+    )

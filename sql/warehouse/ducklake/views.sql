@@ -1,0 +1,82 @@
+-- Quarry warehouse (DuckLake): the curation views. Re-applied whenever this file changes.
+-- Runs with the lake as the default catalog (USE <alias>). Curations see only these views
+-- (the guard refuses qualified names such as mirror.episodes).
+--
+-- Contract: `episodes` has exactly one row per live episode: tombstones and retracted
+-- episodes are left out, and `SELECT * FROM episodes` is a whole curation. Its first
+-- columns are the ones a manifest needs (id, uri, start_ns, end_ns, size_bytes, sha256).
+-- UUIDs and JSON are exposed as text so that every backend returns the same Arrow types.
+
+CREATE OR REPLACE VIEW main.episodes AS
+WITH flags AS (
+    SELECT episode_id, list(flag ORDER BY flag) AS quality_flags
+    FROM mirror.episode_quality_flags
+    WHERE NOT _deleted
+    GROUP BY episode_id
+)
+SELECT
+    CAST(e.id AS VARCHAR) AS id,
+    e.uri,
+    e.start_ns,
+    e.end_ns,
+    e.size_bytes,
+    e.sha256,
+    e.robot_id,
+    r.model AS robot_model,
+    e.task_id,
+    e.site,
+    e.operator,
+    e.success,
+    e.started_at,
+    e.ended_at,
+    CAST(e.end_ns - e.start_ns AS DOUBLE) / 1e9 AS duration_s,
+    e.steps,
+    e.control_hz,
+    CAST(e.topics AS VARCHAR) AS topics,
+    COALESCE(f.quality_flags, CAST([] AS VARCHAR[])) AS quality_flags,
+    CAST(e.qc_report AS VARCHAR) AS qc_report,
+    e.schema_version,
+    e.pipeline_version,
+    e.robot_sw_version,
+    e.created_at,
+    e.updated_at
+FROM mirror.episodes AS e
+LEFT JOIN mirror.robots AS r ON r.id = e.robot_id AND NOT r._deleted
+LEFT JOIN flags AS f ON f.episode_id = e.id
+WHERE NOT e._deleted AND e.status <> 'retracted';
+
+CREATE OR REPLACE VIEW main.episode_quality_flags AS
+SELECT CAST(q.episode_id AS VARCHAR) AS episode_id, q.flag, CAST(q.detail AS VARCHAR) AS detail
+FROM mirror.episode_quality_flags AS q
+WHERE NOT q._deleted
+  AND q.episode_id IN (SELECT id FROM mirror.episodes WHERE NOT _deleted AND status <> 'retracted');
+
+CREATE OR REPLACE VIEW main.episode_labels AS
+SELECT l.id, CAST(l.episode_id AS VARCHAR) AS episode_id, l.key, l.value, l.start_ns, l.end_ns,
+       l.author, l.created_at
+FROM mirror.episode_labels AS l
+WHERE NOT l._deleted
+  AND l.episode_id IN (SELECT id FROM mirror.episodes WHERE NOT _deleted AND status <> 'retracted');
+
+CREATE OR REPLACE VIEW main.episode_stats AS
+SELECT CAST(s.episode_id AS VARCHAR) AS episode_id, s.field, s.dim, s.count, s.sum, s.sum_sq,
+       s.min, s.max
+FROM mirror.episode_stats AS s
+WHERE NOT s._deleted
+  AND s.episode_id IN (SELECT id FROM mirror.episodes WHERE NOT _deleted AND status <> 'retracted');
+
+CREATE OR REPLACE VIEW main.robots AS
+SELECT id, model, site, created_at FROM mirror.robots WHERE NOT _deleted;
+
+CREATE OR REPLACE VIEW main.tasks AS
+SELECT id, description, created_at FROM mirror.tasks WHERE NOT _deleted;
+
+-- Lineage: every registered manifest and its episodes, retracted ones included.
+CREATE OR REPLACE VIEW main.manifests AS
+SELECT id, reuse_key, sql, CAST(sample_spec AS VARCHAR) AS sample_spec, snapshot_id,
+       cdc_position, rows, samples, size_bytes, uri, author, created_at
+FROM mirror.manifests WHERE NOT _deleted;
+
+CREATE OR REPLACE VIEW main.manifest_episodes AS
+SELECT manifest_id, CAST(episode_id AS VARCHAR) AS episode_id
+FROM mirror.manifest_episodes WHERE NOT _deleted;

@@ -1,0 +1,249 @@
+"""Applying change batches to a real DuckLake: versions, tombstones, truncates, TOAST, schema."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from tests.warehouse.conftest import batch, episode_row, event, robot
+from warehouse.changes import ColumnSpec, Op, Position, SnapshotChunk, TableSpec
+from warehouse.config import WarehouseConfig
+from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseUnavailableError
+
+
+def ids(lake: DuckLakeWarehouse, sql: str = "SELECT id FROM episodes ORDER BY id") -> list[str]:
+    return [str(v) for v in lake.query_arrow(sql).column(0).to_pylist()]
+
+
+def test_bootstrap_is_idempotent(warehouse: DuckLakeWarehouse) -> None:
+    before = warehouse.current_snapshot()
+    warehouse.bootstrap()
+    assert warehouse.current_snapshot() == before
+    assert warehouse.position() is None
+    assert warehouse.mirrored_tables()["episode_stats"] == ("episode_id", "field", "dim")
+
+
+def test_episodes_view_exposes_manifest_columns_first(warehouse: DuckLakeWarehouse) -> None:
+    names = warehouse.query_arrow("SELECT * FROM episodes").schema.names
+    assert names[:6] == ["id", "uri", "start_ns", "end_ns", "size_bytes", "sha256"]
+    assert {
+        "robot_id",
+        "task_id",
+        "site",
+        "success",
+        "schema_version",
+        "pipeline_version",
+        "robot_sw_version",
+        "quality_flags",
+    } <= set(names)
+
+
+def test_insert_update_delete_and_position(warehouse: DuckLakeWarehouse) -> None:
+    a, b = episode_row(), episode_row()
+    s1 = warehouse.apply(
+        batch(
+            event(Op.CREATE, "robots", 100, after=robot()),
+            event(Op.CREATE, "episodes", 100, 2, after=a),
+            event(Op.CREATE, "episodes", 100, 3, after=b),
+        )
+    )
+    assert ids(warehouse) == sorted([a["id"], b["id"]])
+    s2 = warehouse.apply(
+        batch(
+            event(Op.UPDATE, "episodes", 200, after={**a, "steps": 7}),
+            event(Op.DELETE, "episodes", 200, 2, before={"id": b["id"]}),
+        )
+    )
+    assert s2 > s1
+    assert ids(warehouse, "SELECT id, steps FROM episodes") == [a["id"]]
+    assert warehouse.query_arrow("SELECT steps FROM episodes").column(0).to_pylist() == [7]
+    position = warehouse.position()
+    assert position is not None and position.commit_lsn == 200
+    info = (
+        warehouse.query_arrow(
+            f"SELECT commit_extra_info FROM wh.snapshots() WHERE snapshot_id = {s2}"
+        )
+        .column(0)
+        .to_pylist()[0]
+    )
+    assert json.loads(info)["commit_lsn"] == 200
+
+
+def test_replayed_and_older_changes_change_nothing(warehouse: DuckLakeWarehouse) -> None:
+    a = episode_row()
+    first = batch(event(Op.CREATE, "episodes", 100, after=a))
+    warehouse.apply(first)
+    warehouse.apply(batch(event(Op.UPDATE, "episodes", 300, after={**a, "steps": 3})))
+    warehouse.apply(batch(event(Op.UPDATE, "episodes", 200, after={**a, "steps": 2})))
+    warehouse.apply(first)
+    rows = warehouse.query_arrow("SELECT id, _lsn, steps FROM mirror.episodes").to_pylist()
+    assert [(r["_lsn"], r["steps"]) for r in rows] == [(300, 3)]
+
+
+def test_tombstone_blocks_an_older_insert(warehouse: DuckLakeWarehouse) -> None:
+    a = episode_row()
+    warehouse.apply(batch(event(Op.DELETE, "episodes", 500, before={"id": a["id"]})))
+    warehouse.apply(batch(event(Op.CREATE, "episodes", 400, after=a)))
+    assert ids(warehouse) == []
+
+
+def test_truncate_then_insert_in_one_batch(warehouse: DuckLakeWarehouse) -> None:
+    a, b = episode_row(), episode_row()
+    warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))
+    warehouse.apply(
+        batch(
+            event(Op.CREATE, "episodes", 200, after={**a, "steps": 1}),
+            event(Op.TRUNCATE, "episodes", 300, 1),
+            event(Op.CREATE, "episodes", 300, 2, after=b),
+        )
+    )
+    assert ids(warehouse) == [b["id"]]
+
+
+def test_unchanged_toast_keeps_the_stored_value(warehouse: DuckLakeWarehouse) -> None:
+    a = episode_row(qc_report='{"big": "value"}')
+    warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))
+    partial = {**a, "qc_report": None, "steps": 9}
+    warehouse.apply(
+        batch(event(Op.UPDATE, "episodes", 200, after=partial, unchanged=frozenset({"qc_report"})))
+    )
+    row = warehouse.query_arrow("SELECT qc_report, steps FROM episodes").to_pylist()[0]
+    assert row == {"qc_report": '{"big": "value"}', "steps": 9}
+
+
+def test_key_change_moves_the_row(warehouse: DuckLakeWarehouse) -> None:
+    warehouse.apply(batch(event(Op.CREATE, "robots", 100, after=robot("r1"))))
+    warehouse.apply(batch(event(Op.UPDATE, "robots", 200, before={"id": "r1"}, after=robot("r2"))))
+    assert warehouse.query_arrow("SELECT id FROM robots").column(0).to_pylist() == ["r2"]
+
+
+def test_episodes_view_has_one_row_per_live_episode(warehouse: DuckLakeWarehouse) -> None:
+    a, b = episode_row(), episode_row(status="retracted")
+    flags = [
+        event(
+            Op.CREATE,
+            "episode_quality_flags",
+            100,
+            3 + i,
+            after={"episode_id": a["id"], "flag": flag, "detail": "{}"},
+        )
+        for i, flag in enumerate(["choppy_joints", "camera_blackout"])
+    ]
+    warehouse.apply(
+        batch(
+            event(Op.CREATE, "robots", 100, after=robot()),
+            event(Op.CREATE, "episodes", 100, 2, after=a),
+            event(Op.CREATE, "episodes", 100, 9, after=b),
+            *flags,
+        )
+    )
+    rows = warehouse.query_arrow("SELECT id, robot_model, quality_flags FROM episodes")
+    assert rows.to_pylist() == [
+        {"id": a["id"], "robot_model": "arm", "quality_flags": ["camera_blackout", "choppy_joints"]}
+    ]
+    count = warehouse.query_arrow("SELECT count(*) AS n FROM episode_quality_flags")
+    assert count.to_pylist() == [{"n": 2}]
+
+
+def test_snapshot_load_tombstones_rows_it_lacks(warehouse: DuckLakeWarehouse) -> None:
+    stale = episode_row()
+    warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=stale)))
+    rows = pa.table(
+        {
+            "id": ["r9"],
+            "model": ["arm"],
+            "site": ["lab"],
+            "created_at": ["2024-01-02 03:04:05.5+00"],
+        }
+    )
+    position = Position(lsn=1000, snapshot_lsn=1000, slot="s")
+    warehouse.apply_snapshot(["robots", "episodes"], [SnapshotChunk("robots", rows)], position)
+    assert ids(warehouse) == []
+    robots = warehouse.query_arrow("SELECT id, created_at FROM robots").to_pylist()
+    assert robots[0]["id"] == "r9" and robots[0]["created_at"].microsecond == 500_000
+    assert warehouse.position() == position
+
+
+def test_schema_change_adds_columns_and_tables(warehouse: DuckLakeWarehouse) -> None:
+    columns = (
+        ColumnSpec("id", "text"),
+        ColumnSpec("model", "text"),
+        ColumnSpec("site", "text"),
+        ColumnSpec("created_at", "timestamp with time zone"),
+        ColumnSpec("serial", "character varying(20)"),
+    )
+    assert warehouse.ensure_table(TableSpec("robots", columns, ("id",)))
+    assert not warehouse.ensure_table(TableSpec("robots", columns, ("id",)))
+    warehouse.apply(batch(event(Op.CREATE, "robots", 100, after={**robot(), "serial": "X1"})))
+    rows = warehouse.query_arrow("SELECT serial FROM mirror.robots").column(0).to_pylist()
+    assert rows == ["X1"]
+    spec = TableSpec("sites", (ColumnSpec("name", "text"), ColumnSpec("tags", "text[]")), ("name",))
+    assert warehouse.ensure_table(spec)
+    warehouse.apply(batch(event(Op.CREATE, "sites", 200, after={"name": "a", "tags": ["x"]})))
+    assert warehouse.query_arrow("SELECT tags FROM mirror.sites").column(0).to_pylist() == [["x"]]
+
+
+def test_unknown_table_is_refused(warehouse: DuckLakeWarehouse) -> None:
+    with pytest.raises(SchemaError, match="does not mirror"):
+        warehouse.apply(batch(event(Op.CREATE, "nope", 1, after={"id": 1})))
+
+
+def test_errors_pickle_with_their_attributes() -> None:
+    error = WarehouseUnavailableError("down", table="episodes")
+    copy = pickle.loads(pickle.dumps(error))
+    assert (type(copy), copy.message, copy.retryable, copy.context) == (
+        WarehouseUnavailableError,
+        "down",
+        True,
+        {"table": "episodes"},
+    )
+    assert not pickle.loads(pickle.dumps(WarehouseError("x"))).retryable
+
+
+def test_maintenance_keeps_snapshots_that_manifests_reference(
+    warehouse_config: WarehouseConfig,
+) -> None:
+    config = warehouse_config.model_copy(
+        update={"snapshot_retain_s": 0.0, "data_inlining_row_limit": 5}
+    )
+    with DuckLakeWarehouse(config) as lake:
+        lake.bootstrap()
+        rows = [episode_row() for _ in range(20)]
+        pinned = lake.apply(
+            batch(
+                *[event(Op.CREATE, "episodes", 100, i + 1, after=row) for i, row in enumerate(rows)]
+            )
+        )
+        loose = lake.apply(batch(event(Op.UPDATE, "episodes", 200, after={**rows[0], "steps": 1})))
+        manifest = {
+            "id": "m1",
+            "reuse_key": "k",
+            "sql": "SELECT * FROM episodes",
+            "sample_spec": "{}",
+            "snapshot_id": pinned,
+            "cdc_position": "0/0",
+            "rows": 20,
+            "samples": 20,
+            "size_bytes": 1,
+            "uri": "u",
+            "author": "a",
+            "created_at": None,
+        }
+        lake.apply(
+            batch(
+                event(Op.CREATE, "manifests", 300, after=manifest),
+                event(Op.DELETE, "episodes", 300, 2, before={"id": rows[1]["id"]}),
+            )
+        )
+        sql = "SELECT id, steps FROM episodes ORDER BY id"
+        before = lake.query_arrow(sql, snapshot_id=pinned)
+        report = lake.maintain()
+        assert pinned in report.protected and loose in report.expired
+        assert lake.query_arrow(sql, snapshot_id=pinned) == before
+        with pytest.raises(QueryError):
+            lake.query_arrow(sql, snapshot_id=loose)
+        assert lake.query_arrow("SELECT count(*) AS n FROM episodes").to_pylist() == [{"n": 19}]

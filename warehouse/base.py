@@ -1,0 +1,115 @@
+"""The warehouse interface every backend implements (DuckLake embedded, ClickHouse scale-out).
+
+Writers (the CDC follower, the Debezium endpoint) call :meth:`Warehouse.apply` and
+:meth:`Warehouse.apply_snapshot`; readers (the service, notebooks) call
+:meth:`Warehouse.query_arrow`. Each successful write is one atomic warehouse commit that also
+records the CDC position, and returns the snapshot ID a manifest can pin.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+
+import pyarrow as pa
+
+from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
+
+#: The relations a curation may read (the curation guard's allow-list).
+CURATION_VIEWS: tuple[str, ...] = (
+    "episodes",
+    "episode_quality_flags",
+    "episode_labels",
+    "episode_stats",
+    "robots",
+    "tasks",
+    "manifests",
+    "manifest_episodes",
+)
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """What one maintenance run did: snapshots expired and kept for manifests; seconds."""
+
+    expired: tuple[int, ...]
+    protected: tuple[int, ...]
+    seconds: float
+
+
+class Warehouse(ABC):
+    """One warehouse: the mirrored tables, the CDC position and the curation views."""
+
+    @abstractmethod
+    def bootstrap(self) -> None:
+        """Create or upgrade the mirrored tables, the metadata and the views (idempotent)."""
+
+    @abstractmethod
+    def mirrored_tables(self) -> dict[str, tuple[str, ...]]:
+        """Each mirrored table's name and key columns."""
+
+    @abstractmethod
+    def ensure_table(self, spec: TableSpec) -> bool:
+        """Create the table or add the columns it lacks; ``True`` when something changed."""
+
+    @abstractmethod
+    def apply(self, batch: ChangeBatch) -> int:
+        """Apply whole transactions' events and the position they reach in one commit.
+
+        A row changes only when the event's ``(lsn, seq)`` is newer than the stored row's, so
+        replaying a batch changes nothing. Returns the new snapshot ID.
+        """
+
+    @abstractmethod
+    def apply_snapshot(
+        self, tables: Sequence[str], chunks: Iterable[SnapshotChunk], position: Position
+    ) -> int:
+        """Load the initial snapshot of ``tables`` (rows as of ``position.snapshot_lsn``) in
+        one commit, tombstoning rows of those tables that the snapshot no longer holds."""
+
+    @abstractmethod
+    def position(self, *, at: int | None = None) -> Position | None:
+        """The CDC position of the last commit (or as of snapshot ``at``); ``None`` before the
+        first snapshot."""
+
+    @abstractmethod
+    def data_version(self, views: Collection[str], *, at: int | None = None) -> int:
+        """The last snapshot at or before ``at`` (default: current) that changed the data the
+        given curation views read. Same SQL + same data version = same result."""
+
+    @abstractmethod
+    def current_snapshot(self) -> int:
+        """ID of the latest warehouse snapshot."""
+
+    @abstractmethod
+    def query_arrow(
+        self,
+        sql: str,
+        *,
+        snapshot_id: int | None = None,
+        timeout_s: float | None = None,
+        max_rows: int | None = None,
+    ) -> pa.Table:
+        """Run one read-only query over the curation views; see the backend for limits."""
+
+    @abstractmethod
+    def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
+        """Compact storage and expire old snapshots, never one a manifest references (nor one
+        in ``protect``, nor the latest)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release connections (idempotent)."""
+
+    def __enter__(self) -> Warehouse:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()

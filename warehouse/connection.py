@@ -1,0 +1,88 @@
+"""DuckDB connections to the lake: extensions from the wheels, attach, reader lockdown.
+
+The ``ducklake`` and ``postgres`` extensions are loaded from the ``duckdb-extension-*`` wheels
+(DuckDB's extension server is never contacted; signature checks stay on).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import duckdb
+
+from warehouse.config import WarehouseConfig
+from warehouse.errors import WarehouseError, WarehouseUnavailableError
+from warehouse.statements import ident, literal
+
+_EXTENSIONS = ("postgres", "ducklake")
+
+
+def extension_file(name: str) -> Path:
+    """Path of the signed extension binary shipped in the ``duckdb-extension-<name>`` wheel."""
+    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
+    if spec is None or not spec.submodule_search_locations:
+        raise WarehouseError(
+            f"the duckdb-extension-{name} wheel is not installed; "
+            f"pip install duckdb-extension-{name}=={duckdb.__version__}",
+            extension=name,
+        )
+    root = Path(next(iter(spec.submodule_search_locations)))
+    path = root / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise WarehouseError(
+            f"{path} is missing: the duckdb-extension-{name} wheel does not "
+            f"match duckdb {duckdb.__version__}",
+            extension=name,
+            path=str(path),
+        )
+    return path
+
+
+def new_database(threads: int, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory DuckDB with the lake's extensions loaded."""
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "threads": threads,
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
+    if memory_limit is not None:
+        config["memory_limit"] = memory_limit
+    con = duckdb.connect(config=config)
+    for name in _EXTENSIONS:
+        con.execute(f"INSTALL {literal(str(extension_file(name)))}")
+        con.execute(f"LOAD {name}")
+    return con
+
+
+def attach_lake(
+    con: duckdb.DuckDBPyConnection, config: WarehouseConfig, *, read_only: bool
+) -> None:
+    """Attach the lake under ``config.alias`` and make it the default catalog."""
+    dsn = config.catalog_dsn
+    if read_only and config.reader_catalog_dsn is not None:
+        dsn = config.reader_catalog_dsn
+    options = [f"DATA_PATH {literal(str(config.data_path) + '/')}"]
+    if read_only:
+        options.append("READ_ONLY")
+    else:
+        options.append(f"DATA_INLINING_ROW_LIMIT {int(config.data_inlining_row_limit)}")
+    target = literal("ducklake:postgres:" + dsn.get_secret_value())
+    try:
+        con.execute(f"ATTACH {target} AS {ident(config.alias)} ({', '.join(options)})")
+    except duckdb.Error as error:
+        raise WarehouseUnavailableError(
+            f"cannot attach the DuckLake catalog: {error}",
+            alias=config.alias,
+            data_path=str(config.data_path),
+        ) from error
+    con.execute(f"USE {ident(config.alias)}")
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, config: WarehouseConfig) -> None:
+    """Reader hardening: files only under the data path, no new attachments or extensions,
+    a memory limit, and a locked configuration so that a query cannot undo any of it."""
+    data_path = literal(str(config.data_path) + "/")
+    con.execute(f"SET allowed_directories = [{data_path}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")

@@ -1,0 +1,127 @@
+"""Read-only queries for the service and notebooks: a separate DuckDB with the lake attached
+read-only (through ``reader_catalog_dsn`` when set), locked down, with a time limit and a row cap.
+
+DuckDB has no statement timeout: a timer thread interrupts the query's cursor instead.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from warehouse.config import WarehouseConfig
+from warehouse.connection import attach_lake, lock_down, new_database
+from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseUnavailableError
+from warehouse.pinning import prepare_query
+from warehouse.statements import ident
+
+_BATCH_ROWS = 65_536
+
+
+class LakeReader:
+    """A pool-free reader: one DuckDB instance, one cursor per query (thread-safe)."""
+
+    def __init__(self, config: WarehouseConfig) -> None:
+        self._config = config
+        self._db: duckdb.DuckDBPyConnection | None = None
+        self._lock = threading.Lock()
+
+    def _database(self) -> duckdb.DuckDBPyConnection:
+        with self._lock:
+            if self._db is None:
+                db = new_database(self._config.reader_threads, self._config.reader_memory_limit)
+                try:
+                    attach_lake(db, self._config, read_only=True)
+                    lock_down(db, self._config)
+                except BaseException:
+                    db.close()
+                    raise
+                self._db = db
+            return self._db
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A new cursor on the reader with the lake as its default catalog."""
+        cur = self._database().cursor()
+        cur.execute(f"USE {ident(self._config.alias)}")
+        return cur
+
+    def fetch(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of a small internal query (catalog functions, the position table)."""
+        with self.cursor() as cur:
+            try:
+                return cur.execute(sql, params).fetchall()
+            except duckdb.Error as error:
+                self._reset_if_broken(error)
+                raise WarehouseUnavailableError(f"warehouse read failed: {error}") from error
+
+    def query_arrow(
+        self,
+        sql: str,
+        *,
+        snapshot_id: int | None = None,
+        timeout_s: float | None = None,
+        max_rows: int | None = None,
+    ) -> pa.Table:
+        """Run one read-only query and return its result as an Arrow table.
+
+        Only a single query statement runs (anything else is a :class:`QueryError`).
+
+        :param snapshot_id: read this DuckLake snapshot instead of the latest one.
+        :param timeout_s: seconds before the query is interrupted (default: the config's).
+        :param max_rows: raise :class:`RowLimitError` past this many rows (default: the
+            config's ``max_rows``; ``None`` there means no cap).
+        """
+        text = prepare_query(sql, snapshot_id)
+        limit_s = timeout_s if timeout_s is not None else self._config.query_timeout_s
+        cap = max_rows if max_rows is not None else self._config.max_rows
+        with self.cursor() as cur:
+            fired = threading.Event()
+
+            def stop() -> None:
+                fired.set()
+                cur.interrupt()
+
+            timer = threading.Timer(limit_s, stop)
+            timer.start()
+            try:
+                return self._collect(cur, text, cap)
+            except (duckdb.Error, pa.ArrowException, OSError) as error:
+                if fired.is_set():
+                    raise QueryTimeoutError(
+                        f"query ran past {limit_s} s and was stopped", timeout_s=limit_s, sql=sql
+                    ) from error
+                raise QueryError(
+                    f"query failed: {error}", sql=sql, snapshot_id=snapshot_id
+                ) from error
+            finally:
+                timer.cancel()
+
+    @staticmethod
+    def _collect(cur: duckdb.DuckDBPyConnection, sql: str, cap: int | None) -> pa.Table:
+        cur.execute(sql)
+        batches: list[pa.RecordBatch] = []
+        rows = 0
+        reader = cur.to_arrow_reader(_BATCH_ROWS)
+        for batch in reader:
+            rows += batch.num_rows
+            if cap is not None and rows > cap:
+                raise RowLimitError(
+                    f"the query returned more than {cap} rows; add a LIMIT or a narrower filter",
+                    max_rows=cap,
+                    sql=sql,
+                )
+            batches.append(batch)
+        return pa.Table.from_batches(batches, schema=reader.schema)
+
+    def _reset_if_broken(self, error: duckdb.Error) -> None:
+        if isinstance(error, duckdb.IOException | duckdb.ConnectionException):
+            self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
