@@ -1,0 +1,202 @@
+"""The data side of the loop: the loader's sampler, dataset and node cache, for one rank.
+
+The rank's :class:`~loader.sampler.EpochSampler` fixes which samples it reads, in which order,
+epoch after epoch; the loader's iterable dataset assembles whole batches in DataLoader workers
+through the node-local cache. A sample counts as consumed when the step that used it is done
+(:meth:`DataFeed.consumed`), so the sampler's state, saved in every checkpoint, resumes exactly
+after the last step kept, whatever the workers had prefetched.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from filelock import FileLock
+from torch.utils.data import DataLoader
+
+from loader.assemble import SampleSource
+from loader.cache import NodeCache
+from loader.dataset import ManifestIterableDataset, batch_positions, collate_samples, seed_worker
+from loader.metrics import CacheMetrics
+from loader.sampler import EpochSampler
+from loader.store import ObjectStore
+from loader.warm import manifest_refs, warm_cache
+from manifests import open_manifest
+
+from .config import TrainerConfig
+from .errors import DataError, PreflightError
+from .policy import Batch
+from .world import World
+
+log = logging.getLogger(__name__)
+
+
+class DataFeed:
+    """Batches for one rank, with a resumable position.
+
+    :param config: the run's settings (``loader`` and ``data`` sections).
+    :param world: this rank's place (rank, node layout).
+    :param manifest_path: the node's local manifest copy.
+    """
+
+    def __init__(self, config: TrainerConfig, world: World, manifest_path: Path) -> None:
+        self.config = config
+        self.world = world
+        self.manifest_path = manifest_path
+        self.manifest = open_manifest(manifest_path)
+        self._row_offsets = self.manifest.index.row_offsets()
+        self.sampler = self._sampler(epoch=0)
+        self.cache = NodeCache(config.loader.cache, ObjectStore(config.loader.store))
+        self.before_new_epoch: Callable[[], None] | None = None
+        self.may_fork: Callable[[], bool] = lambda: True
+        self.epochs_started = 0
+        self._iterator: Iterator[Batch] | None = None
+        self._next: tuple[EpochSampler, Iterator[Batch]] | None = None
+        self._cache_start: CacheMetrics | None = None
+
+    def _sampler(self, epoch: int) -> EpochSampler:
+        return EpochSampler(
+            self.manifest.num_samples,
+            self._row_offsets,
+            rank=self.world.rank,
+            world_size=self.world.world_size,
+            ranks_per_node=self.world.local_world_size,
+            seed=self.config.loader.seed,
+            epoch=epoch,
+        )
+
+    def warm_node_share(self) -> dict[str, Any]:
+        """Make the node's share of this epoch's containers local (preflight check ``cache``).
+
+        Local ranks take turns under one lock: the first warms, the others find hits.
+
+        :raises PreflightError: a container could not be fetched or failed its checksum.
+        """
+        refs = manifest_refs(self.manifest, self.sampler.node_rows())
+        lock = FileLock(str(self.cache.root / "locks" / f"warm-{self.manifest_path.stem}.lock"))
+        with lock:
+            report = warm_cache(self.cache, refs, progress=False)
+        if report.failed:
+            first = ", ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3])
+            raise PreflightError(
+                f"{len(report.failed)} of {report.objects} containers could not be cached: {first}",
+                check="cache",
+                rank=self.world.rank,
+            )
+        if report.streamed:
+            log.warning("%d containers do not fit in the cache; they stream", report.streamed)
+        detail = asdict(report)
+        detail.pop("failed")
+        return detail
+
+    def probe_batch(self) -> Batch:
+        """A batch of one sample (this rank's first), read in this process, for shapes."""
+        indices = self.sampler.indices()
+        source = SampleSource(self.manifest_path, self.config.loader)
+        try:
+            item = source.read(int(indices[0]) if len(indices) else 0)
+        finally:
+            source.close()
+        if item is None:
+            raise DataError("the probe sample was bad", rank=self.world.rank)
+        return collate_samples([item])
+
+    def start(self) -> None:
+        """Start reading from the sampler's current position (call after resuming)."""
+        self._cache_start = self.cache.status().metrics
+        self._iterator = self._new_iterator(self.sampler)
+
+    def _new_iterator(self, sampler: EpochSampler) -> Iterator[Batch]:
+        if self.before_new_epoch is not None:
+            self.before_new_epoch()  # e.g. no checkpoint thread while workers fork
+        data = self.config.data
+        workers = data.num_workers
+        dataset = ManifestIterableDataset(self.manifest_path, self.config.loader, sampler)
+        loader = DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=workers,
+            prefetch_factor=data.prefetch_batches if workers else None,
+            multiprocessing_context=multiprocessing.get_context(data.start_method)
+            if workers
+            else None,
+            worker_init_fn=seed_worker,
+            timeout=data.timeout_s,
+            pin_memory=torch.cuda.is_available(),
+        )
+        self.epochs_started += 1
+        return iter(loader)
+
+    def next_batch(self) -> Batch:
+        """The next non-empty batch, moving to the next epoch when this one is exhausted.
+
+        Near the end of an epoch the next epoch's workers are started, so they have batches
+        ready when it begins (starting workers and opening containers takes a while); that
+        waits while ``may_fork()`` is false (a checkpoint thread is writing) unless the epoch
+        is over.
+        """
+        assert self._iterator is not None, "call start() first"
+        while True:
+            self._prepare_next_epoch()
+            try:
+                batch = next(self._iterator)
+            except StopIteration:
+                self._advance_epoch()
+                continue
+            if int(batch["sample_index"].shape[0]) > 0:
+                return batch
+            self.consumed(batch)  # every sample of it was bad and skipped
+
+    def _prepare_next_epoch(self) -> None:
+        data = self.config.data
+        lookahead = (data.prefetch_batches * max(1, data.num_workers) + 1) * (
+            self.config.loader.batch_size
+        )
+        if self._next is None and len(self.sampler) <= lookahead and self.may_fork():
+            self._start_next_epoch()
+
+    def _start_next_epoch(self) -> None:
+        sampler = self._sampler(self.sampler.epoch + 1)
+        self._next = (sampler, self._new_iterator(sampler))
+
+    def _advance_epoch(self) -> None:
+        if self._next is None:
+            self._start_next_epoch()
+        assert self._next is not None
+        self.sampler, self._iterator = self._next
+        self._next = None
+
+    def consumed(self, batch: Batch) -> None:
+        """Record that the step using ``batch`` is done."""
+        self.sampler.mark_consumed(batch_positions(batch))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The sampler's position (goes into checkpoints)."""
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the sampler's position (before :meth:`start`)."""
+        self.sampler.load_state_dict(state)
+        self._next = None
+
+    def cache_counters(self) -> dict[str, int] | None:
+        """The node cache's counters since :meth:`start` (all processes of this node)."""
+        if self._cache_start is None:
+            return None
+        now, start = asdict(self.cache.status().metrics), asdict(self._cache_start)
+        return {name: int(now[name] - start[name]) for name in now}
+
+    def close(self) -> None:
+        """Stop the workers."""
+        self._iterator = self._next = None
+
+
+def open_feed(config: TrainerConfig, world: World, manifest_path: Path) -> DataFeed:
+    """The feed of this rank."""
+    return DataFeed(config, world, manifest_path)

@@ -1,0 +1,150 @@
+"""Start a training job on this node with torchrun, and report how it ended.
+
+``launch(config)`` writes the settings into the run's folder (mode 0600, secrets included),
+runs ``python -m torch.distributed.run ... -m trainer --config <that file>`` and returns the
+exit status. torchrun itself exits 1 whatever failed; when a worker left a failure record, the
+status is that worker's exit code instead (so a preflight failure stays distinguishable).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config import TrainerConfig
+from .errors import ExitCode, LaunchError
+from .records import failure_records, read_json, write_json
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    """How a launched job ended.
+
+    :param exit_code: the job's exit status (see :class:`trainer.errors.ExitCode`).
+    :param run_name: the run's name (generated when the settings had none).
+    :param run_dir: the run's records folder.
+    :param summary: the end-of-run summary rank 0 wrote, if it got that far.
+    """
+
+    exit_code: int
+    run_name: str
+    run_dir: Path
+    summary: dict[str, Any] | None
+
+
+def new_run_name(now: dt.datetime | None = None) -> str:
+    """A fresh run name: UTC time plus 6 random hex digits."""
+    stamp = (now or dt.datetime.now(dt.UTC)).strftime("%Y%m%d-%H%M%S")
+    return f"run-{stamp}-{secrets.token_hex(3)}"
+
+
+def with_run_name(config: TrainerConfig) -> TrainerConfig:
+    """``config`` with ``run_name`` set (a fresh one when it had none)."""
+    if config.run_name is not None:
+        return config
+    return config.model_copy(update={"run_name": new_run_name()})
+
+
+def run_dir(config: TrainerConfig) -> Path:
+    """The records folder of the run ``config`` names."""
+    if config.run_name is None:
+        raise LaunchError("the settings name no run (run_name)")
+    return config.runs_dir / config.run_name
+
+
+def torchrun_command(config: TrainerConfig, config_path: Path, python: str) -> list[str]:
+    """The torchrun command line that runs ``python -m trainer --config config_path``."""
+    launch = config.launch
+    command = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        launch.nnodes,
+        "--nproc-per-node",
+        str(launch.nproc_per_node),
+        "--max-restarts",
+        str(launch.max_restarts),
+        "--monitor-interval",
+        str(launch.monitor_interval_s),
+    ]
+    if launch.rdzv_endpoint is None:
+        if launch.nnodes != "1":
+            raise LaunchError("a job on several nodes needs launch.rdzv_endpoint")
+        command.append("--standalone")
+    else:
+        command += [
+            "--rdzv-backend",
+            launch.rdzv_backend,
+            "--rdzv-endpoint",
+            launch.rdzv_endpoint,
+            "--rdzv-id",
+            str(config.run_name),
+        ]
+        if launch.node_rank is not None:
+            command += ["--node-rank", str(launch.node_rank)]
+    return [*command, "-m", "trainer", "--config", str(config_path)]
+
+
+def launch_run(
+    config: TrainerConfig, *, python: str | None = None, log_path: Path | None = None
+) -> LaunchResult:
+    """Run the job to its end; return its exit status, name, folder and summary.
+
+    :param python: the interpreter to run torchrun with (default: this one).
+    :param log_path: append torchrun's and the workers' output to this file instead of
+        inheriting this process's stdout and stderr.
+    :raises LaunchError: torchrun could not be started.
+    """
+    config = with_run_name(config)
+    folder = run_dir(config)
+    config_path = folder / "config.json"
+    write_json(config_path, json.loads(config.to_json()), mode=0o600)
+    started = time.time()
+    command = torchrun_command(config, config_path, python or sys.executable)
+    try:
+        if log_path is None:
+            returncode = subprocess.run(command, check=False).returncode
+        else:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with log_path.open("ab") as log:
+                returncode = subprocess.run(
+                    command, stdout=log, stderr=subprocess.STDOUT, check=False
+                ).returncode
+    except OSError as exc:
+        raise LaunchError(f"cannot start torchrun: {exc}") from exc
+    summary = read_json(folder / "summary.json") if returncode == 0 else None
+    return LaunchResult(
+        exit_code=exit_status(returncode, folder, started),
+        run_name=str(config.run_name),
+        run_dir=folder,
+        summary=summary if isinstance(summary, dict) else None,
+    )
+
+
+def launch(config: TrainerConfig, *, python: str | None = None) -> int:
+    """Run the job with torchrun on this node and return its exit status."""
+    return launch_run(config, python=python).exit_code
+
+
+def exit_status(returncode: int, folder: Path, since_wall: float) -> int:
+    """torchrun's status, or the worker's exit code when one left a failure record.
+
+    Of the records written since ``since_wall``, the first one of the last attempt is the
+    failure that ended the job.
+    """
+    if returncode == 0:
+        return int(ExitCode.OK)
+    records = [r for r in failure_records(folder) if float(r.get("wall", 0.0)) >= since_wall]
+    if not records:
+        return returncode
+    last_attempt = max(int(r.get("attempt", 0)) for r in records)
+    final = [r for r in records if int(r.get("attempt", 0)) == last_attempt]
+    return int(final[0].get("exit_code", returncode))
