@@ -3,26 +3,34 @@
 Starts its own Postgres (pgserver wheel) and DuckLake warehouse in a temp folder, seeds the
 source, runs the follower as a separate process (``python -m cdc follow``, as ``quarry up``
 does), drives a paced write load with a pinned transaction shape, and checks the warehouse row
-for row afterwards. Prints one JSON line.
+for row afterwards. Prints one JSON line, with the machine's load average (the figures depend
+on what else runs) and the follower's CPU seconds.
 
-    python benchmarks/cdc.py [--small]
+    python benchmarks/cdc.py [--small] [--rate N] [--seconds S]
+    python benchmarks/cdc.py --seconds 600 --query-every-s 10 --maintenance-s 30   # long run
+
+With ``--query-every-s``, a reader in this process times a curation-style query over the
+views every so often during the load (maintenance on), to show query time stays flat.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import psycopg
 from pydantic import SecretStr
 
@@ -41,6 +49,10 @@ FULL = {"snapshot_episodes": 200_000, "rate": 5000, "seconds": 60}
 SMALL = {"snapshot_episodes": 20_000, "rate": 1000, "seconds": 10}
 SHAPE = {"rows_per_tx": 50, "update_fraction": 0.7, "seed": 5}
 PEERDB_LAG_S = 10.0  # published: ~10 s of lag at 2,500 rows/s into ClickHouse
+PROBE_SQL = (
+    "SELECT robot_id, count(*) AS n, avg(steps) AS steps, sum(size_bytes) AS bytes "
+    "FROM episodes WHERE success GROUP BY robot_id"
+)
 
 _SEED_SQL = """
 INSERT INTO robots (id, model, site) VALUES ('r1', 'arm', 'lab');
@@ -55,15 +67,23 @@ FROM generate_series(1, %s) AS g;
 INSERT INTO episode_stats (episode_id, field, dim, count, sum, sum_sq, min, max)
 SELECT id, 'state', 0, 600, 1.0, 2.0, -1.0, 1.0 FROM episodes;
 """
-_INSERT = """
-INSERT INTO episodes (id, robot_id, task_id, site, operator, started_at, ended_at, start_ns,
-    end_ns, steps, control_hz, success, uri, size_bytes, sha256, topics, schema_version,
-    pipeline_version, robot_sw_version)
-SELECT u, 'r1', 't1', 'lab', 'op', now(), now(), 0, 60000000000, 600, 10.0, true,
-    'objects/' || u || '.mcap', 1234, repeat('ab', 32), '[]', 1, 1, '1.0'
-FROM unnest(%s::uuid[]) AS u
+# One transaction of the pinned shape, as one statement (one round trip: the load generator
+# must keep its pace on a busy machine).
+_TRANSACTION = """
+WITH inserted AS (
+    INSERT INTO episodes (id, robot_id, task_id, site, operator, started_at, ended_at,
+        start_ns, end_ns, steps, control_hz, success, uri, size_bytes, sha256, topics,
+        schema_version, pipeline_version, robot_sw_version)
+    SELECT u, 'r1', 't1', 'lab', 'op', now(), now(), 0, 60000000000, 600, 10.0, true,
+        'objects/' || u || '.mcap', 1234, repeat('ab', 32), '[]', 1, 1, '1.0'
+    FROM unnest(%s::uuid[]) AS u
+    RETURNING 1
+), updated AS (
+    UPDATE episodes SET steps = steps + 1, updated_at = now() WHERE id = ANY(%s::uuid[])
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM updated)
 """
-_UPDATE = "UPDATE episodes SET steps = steps + 1, updated_at = now() WHERE id = ANY(%s::uuid[])"
 
 
 def start_stack(root: Path) -> tuple[EmbeddedPostgres, str, WarehouseConfig]:
@@ -82,31 +102,16 @@ def start_stack(root: Path) -> tuple[EmbeddedPostgres, str, WarehouseConfig]:
     return server, server.dsn("quarry"), lake
 
 
-def start_follower(dsn: str, lake: WarehouseConfig, root: Path) -> subprocess.Popen[bytes]:
+def start_follower(
+    dsn: str, lake: WarehouseConfig, root: Path, maintenance_s: float
+) -> subprocess.Popen[bytes]:
     log = (root / "cdc.log").open("ab")
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cdc",
-            "follow",
-            "--source-dsn",
-            dsn,
-            "--catalog-dsn",
-            lake.catalog_dsn.get_secret_value(),
-            "--data-path",
-            str(lake.data_path),
-            "--status",
-            str(root / "cdc.json"),
-            "--lag-log",
-            str(root / "lags.jsonl"),
-            "--poll-interval-s",
-            "0.05",
-        ],
-        cwd=ROOT,
-        stdout=log,
-        stderr=log,
-    )
+    command = [sys.executable, "-m", "cdc", "follow", "--source-dsn", dsn]
+    command += ["--catalog-dsn", lake.catalog_dsn.get_secret_value()]
+    command += ["--data-path", str(lake.data_path), "--status", str(root / "cdc.json")]
+    command += ["--lag-log", str(root / "lags.jsonl"), "--poll-interval-s", "0.05"]
+    command += ["--maintenance-s", str(maintenance_s)]
+    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)
 
 
 def wait_caught_up(
@@ -136,15 +141,13 @@ def run_load(dsn: str, rate: int, seconds: float, ids: list[str]) -> dict[str, A
     interval = per_tx / rate
     done = changes = 0
     started = time.monotonic()
-    with psycopg.connect(dsn) as conn:
+    with psycopg.connect(dsn, autocommit=True) as conn:
         while (now := time.monotonic()) - started < seconds:
             due = started + done * interval
             if now < due:
                 time.sleep(due - now)
             new = [str(uuid.uuid4()) for _ in range(per_tx - updates)]
-            with conn.transaction():
-                conn.execute(_INSERT, (new,))
-                conn.execute(_UPDATE, (rng.sample(ids, updates),))
+            conn.execute(_TRANSACTION, (new, rng.sample(ids, updates)))
             ids.extend(new)
             done += 1
             changes += per_tx
@@ -155,6 +158,41 @@ def run_load(dsn: str, rate: int, seconds: float, ids: list[str]) -> dict[str, A
         "seconds": elapsed,
         "achieved_rate": changes / elapsed,
     }
+
+
+class QueryProbe:
+    """Times PROBE_SQL on a reader of its own every ``every_s`` seconds, in a thread."""
+
+    def __init__(self, lake: WarehouseConfig, every_s: float) -> None:
+        self.samples: list[tuple[float, float]] = []  # (seconds into the load, query seconds)
+        self._lake, self._every = lake, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        with DuckLakeWarehouse(self._lake) as warehouse:
+            while not self._stop.wait(self._every):
+                t0 = time.monotonic()
+                warehouse.query_arrow(PROBE_SQL)
+                self.samples.append((t0 - started, time.monotonic() - t0))
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(120)
+        times = [q for _, q in self.samples]
+        if len(times) < 4:
+            return {"query_samples": len(times)}
+        quarter = max(1, len(times) // 4)
+        first, last = float(np.median(times[:quarter])), float(np.median(times[-quarter:]))
+        return {
+            "query_samples": len(times),
+            "query_first_quarter_median_s": round(first, 4),
+            "query_last_quarter_median_s": round(last, 4),
+            "query_last_vs_first": round(last / first, 2),
+            "query_series_s": [[round(t, 1), round(q, 4)] for t, q in self.samples],
+        }
 
 
 def compare(dsn: str, lake: WarehouseConfig) -> tuple[int, int]:
@@ -172,18 +210,79 @@ def compare(dsn: str, lake: WarehouseConfig) -> tuple[int, int]:
     return lost, duplicated
 
 
-def main() -> None:
+def batch_figures(root: Path) -> dict[str, Any]:
+    """Lags per transaction and sizes/durations per batch, from the follower's lag log."""
+    batches = [json.loads(line) for line in (root / "lags.jsonl").read_text().splitlines()]
+    lags = np.array([lag for b in batches for lag in b["lags_s"]])
+    changes = np.array([b["changes"] for b in batches])
+    apply_s = np.array([b.get("apply_s", 0.0) for b in batches])
+    return {
+        "lags": lags,
+        "batches": len(batches),
+        "batch_changes_p50": int(np.percentile(changes, 50)),
+        "batch_apply_p50_s": round(float(np.percentile(apply_s, 50)), 4),
+        "batch_apply_p99_s": round(float(np.percentile(apply_s, 99)), 4),
+    }
+
+
+def report(
+    params: dict[str, Any], load: dict[str, Any], figures: dict[str, Any], extra: dict[str, Any]
+) -> dict[str, Any]:
+    lags = figures.pop("lags")
+    p99 = float(np.percentile(lags, 99))
+    snapshot_rate = extra["snapshot_rows"] / extra["snapshot_s"]
+    return {
+        "benchmark": "cdc",
+        "params": {**params, **SHAPE},
+        "rate": round(load["achieved_rate"]),
+        "lag_p50_s": round(float(np.percentile(lags, 50)), 4),
+        "lag_p99_s": round(p99, 4),
+        "lag_max_s": round(float(lags.max()), 4),
+        "transactions": load["transactions"],
+        "lagged_transactions": len(lags),
+        "snapshot_rows_per_s": round(snapshot_rate),
+        **figures,
+        **{k: v for k, v in extra.items() if k != "snapshot_s"},
+        "lag_p99_vs_peerdb": round(PEERDB_LAG_S / max(p99, 1e-6), 1),
+        "targets_met": bool(
+            p99 < 1.0
+            and snapshot_rate >= 50_000
+            and extra["rows_lost"] == 0
+            and extra["rows_duplicated"] == 0
+        ),
+    }
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--small", action="store_true", help="CI size")
-    params = SMALL if parser.parse_args().small else FULL
+    parser.add_argument("--rate", type=int, help="row changes per second (default by size)")
+    parser.add_argument("--seconds", type=float, help="length of the load (default by size)")
+    parser.add_argument("--episodes", type=int, help="episodes seeded before the snapshot")
+    parser.add_argument("--maintenance-s", type=float, default=300.0)
+    parser.add_argument("--query-every-s", type=float, help="time a query this often")
+    parser.add_argument("--keep", action="store_true", help="keep the temp folder")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    params = dict(SMALL if args.small else FULL)
+    for key, value in (("rate", args.rate), ("seconds", args.seconds)):
+        if value is not None:
+            params[key] = value
+    if args.episodes is not None:
+        params["snapshot_episodes"] = args.episodes
+    params["maintenance_s"] = args.maintenance_s
     root = Path(tempfile.mkdtemp(prefix="quarry-bench-cdc-"))
     server, dsn, lake = start_stack(root)
     follower = None
+    load_before = os.getloadavg()
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(_SEED_SQL.replace("%s", str(int(params["snapshot_episodes"]))))
             ids = [str(i) for (i,) in conn.execute("SELECT id FROM episodes")]
-        follower = start_follower(dsn, lake, root)
+        follower = start_follower(dsn, lake, root, args.maintenance_s)
         wait_caught_up(dsn, lake, 600, follower)
         status = read_status(root / "cdc.json")
         while status is None or status.state != "streaming":  # written just after the commit
@@ -191,50 +290,37 @@ def main() -> None:
             status = read_status(root / "cdc.json")
         assert status.snapshot_rows and status.snapshot_s
         (root / "lags.jsonl").unlink(missing_ok=True)
+        probe = QueryProbe(lake, args.query_every_s) if args.query_every_s else None
+        cpu_before = psutil.Process(follower.pid).cpu_times()
         load = run_load(dsn, int(params["rate"]), float(params["seconds"]), ids)
         catch_up_s = wait_caught_up(dsn, lake, 300, follower)
+        cpu_after = psutil.Process(follower.pid).cpu_times()
+        probed = probe.stop() if probe is not None else {}
         follower.terminate()  # finishes (and logs) the batch in flight first
         follower.wait(60)
-        lags = np.array(
-            [
-                lag
-                for line in (root / "lags.jsonl").read_text().splitlines()
-                for lag in json.loads(line)["lags_s"]
-            ]
-        )
         lost, duplicated = compare(dsn, lake)
-        p99 = float(np.percentile(lags, 99))
-        print(
-            json.dumps(
-                {
-                    "benchmark": "cdc",
-                    "params": {**params, **SHAPE},
-                    "rate": round(load["achieved_rate"]),
-                    "lag_p50_s": round(float(np.percentile(lags, 50)), 4),
-                    "lag_p99_s": round(p99, 4),
-                    "lag_max_s": round(float(lags.max()), 4),
-                    "catch_up_s": round(catch_up_s, 3),
-                    "transactions": load["transactions"],
-                    "lagged_transactions": len(lags),
-                    "snapshot_rows": status.snapshot_rows,
-                    "snapshot_rows_per_s": round(status.snapshot_rows / status.snapshot_s),
-                    "rows_lost": lost,
-                    "rows_duplicated": duplicated,
-                    "lag_p99_vs_peerdb": round(PEERDB_LAG_S / max(p99, 1e-6), 1),
-                    "targets_met": bool(
-                        p99 < 1.0
-                        and status.snapshot_rows / status.snapshot_s >= 50_000
-                        and lost == 0
-                        and duplicated == 0
-                    ),
-                }
-            )
-        )
+        extra = {
+            "catch_up_s": round(catch_up_s, 3),
+            "snapshot_rows": status.snapshot_rows,
+            "snapshot_s": status.snapshot_s,
+            "rows_lost": lost,
+            "rows_duplicated": duplicated,
+            "follower_cpu_s": round(
+                (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system), 1
+            ),
+            "cpus": os.cpu_count(),
+            "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+            **probed,
+        }
+        print(json.dumps(report(params, load, batch_figures(root), extra)))
     finally:
         if follower is not None and follower.poll() is None:
             follower.kill()
         server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

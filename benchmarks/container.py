@@ -4,11 +4,17 @@ interleaved 1 MiB chunks, and per-frame JPEG (DESIGN.md, "Performance"; issue 4)
 The same synthetic episodes (8 topics: 4 cameras in one group; joint positions, joint
 velocities, gripper and actions in the other; textured, noisy frames) are written in each
 layout with equal windows. Samples at the same anchors are read locally and through the remote
-path: s3fs against moto's S3 server on loopback, files opened without read-ahead, so each
-chunk read is one ranged GET. Chunk reads, and the time spent fetching them (the read path's
-I/O, CRC and decompression), are measured inside the reader: ``read_speedup`` compares that
-fetch time; ``sample_speedup`` compares whole ``read_sample`` calls, which add the H.264
-decoding that every layout pays alike. Prints one JSON line.
+path: s3fs against moto's S3 server on loopback (its own process), files opened without
+read-ahead, so each chunk read is one ranged GET. Every layout is read by the same
+``EpisodeReader.read_sample``; the layouts take turns sample by sample (in a rotating order),
+so load from other processes on a shared machine lands on every layout alike instead of on
+whichever ran last.
+
+Chunk reads and times are measured inside the reader: ``read_speedup`` compares the fetch
+time (I/O, CRC, decompression and parsing of the chunks), ``io_speedup`` the I/O alone,
+``read_speedup_median`` the median per-sample fetch times; ``sample_speedup`` compares whole
+``read_sample`` calls, which add the H.264 decoding that every layout pays alike. Prints one
+JSON line.
 
     python benchmarks/container.py [--small]
 """
@@ -18,15 +24,15 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import logging
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 import s3fs
-from moto.server import ThreadedMotoServer
 
 from episodes._h264 import VideoConfig
 from episodes.episode import EpisodeData
@@ -55,7 +61,7 @@ class Params:
     seed: int = 0
 
 
-FULL = Params(episodes=6, duration_s=20.0, samples_per_episode=40)
+FULL = Params(episodes=6, duration_s=20.0, samples_per_episode=80)
 SMALL = Params(episodes=2, duration_s=8.0, samples_per_episode=15)
 LAYOUTS = {
     "grouped": (Layout.GROUPED, "h264"),
@@ -100,26 +106,46 @@ def pick_anchors(p: Params, episodes: list[EpisodeData], spec: SampleSpec) -> li
     return picks
 
 
-def read_samples(
-    readers: list[EpisodeReader], anchors: list[list[int]], spec: SampleSpec
-) -> dict[str, float]:
-    """Per sample: chunk reads, bytes read, fetch time and whole read time (with decoding)."""
-    before = [(r.chunk_reads, r.bytes_read, r.fetch_seconds) for r in readers]
-    count, start = 0, time.perf_counter()
-    for reader, episode_anchors in zip(readers, anchors, strict=True):
+READ_LAYOUTS = ("grouped", "per_topic", "mcap_default")
+
+
+def read_interleaved(
+    readers: dict[str, list[EpisodeReader]], anchors: list[list[int]], spec: SampleSpec
+) -> dict[str, dict[str, float]]:
+    """Read every sample in every layout, the layouts taking turns sample by sample (in a
+    rotating order), so that load from other processes lands on every layout alike.
+
+    Per layout and sample: chunk reads, bytes read, fetch time (inside the reader: I/O, CRC,
+    decompression, parsing) and the whole ``read_sample`` time (with H.264 decoding).
+    """
+    per: dict[str, dict[str, list[float]]] = {
+        name: {"reads": [], "bytes": [], "fetch": [], "io": [], "sample": []} for name in readers
+    }
+    names = list(readers)
+    turn = 0
+    for index, episode_anchors in enumerate(anchors):
         for anchor in episode_anchors:
-            reader.read_sample(anchor, spec)
-            count += 1
-    elapsed = time.perf_counter() - start
-    reads, size, fetch = (
-        sum(getattr(r, k) for r in readers) - sum(b[i] for b in before)
-        for i, k in enumerate(("chunk_reads", "bytes_read", "fetch_seconds"))
-    )
+            for name in names[turn % len(names) :] + names[: turn % len(names)]:
+                reader = readers[name][index]
+                before = _counters(reader)
+                start = time.perf_counter()
+                reader.read_sample(anchor, spec)
+                per[name]["sample"].append(time.perf_counter() - start)
+                for key, after, was in zip(
+                    ("reads", "bytes", "fetch", "io"), _counters(reader), before, strict=True
+                ):
+                    per[name][key].append(after - was)
+            turn += 1
     return {
-        "chunk_reads_per_sample": reads / count,
-        "bytes_per_sample": size / count,
-        "fetch_ms_per_sample": fetch / count * 1e3,
-        "sample_ms_per_sample": elapsed / count * 1e3,
+        name: {
+            "chunk_reads_per_sample": float(np.mean(f["reads"])),
+            "bytes_per_sample": float(np.mean(f["bytes"])),
+            "fetch_ms_per_sample": float(np.mean(f["fetch"])) * 1e3,
+            "fetch_ms_median": float(np.median(f["fetch"])) * 1e3,
+            "io_ms_per_sample": float(np.mean(f["io"])) * 1e3,
+            "sample_ms_per_sample": float(np.mean(f["sample"])) * 1e3,
+        }
+        for name, f in per.items()
     }
 
 
@@ -129,54 +155,99 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def remote_fs() -> tuple[ThreadedMotoServer, s3fs.S3FileSystem]:
-    port = free_port()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+class MotoServer:
+    """moto's S3 server in its own process on a loopback port.
+
+    Its own process, as a remote store would be: run in a thread of the benchmark instead,
+    the server shares the client's interpreter lock, and every request pays lock hand-offs
+    between client and server threads that no real store adds.
+    """
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("moto's S3 server did not start") from None
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        """Stop the server process and wait for it."""
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+def remote_fs() -> tuple[MotoServer, s3fs.S3FileSystem]:
+    """A running S3 server on loopback and an s3fs filesystem with a ``bench`` bucket."""
+    server = MotoServer()
     fs = s3fs.S3FileSystem(
         key="bench",
         secret="bench",
         skip_instance_cache=True,
-        client_kwargs={"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+        client_kwargs={
+            "endpoint_url": f"http://127.0.0.1:{server.port}",
+            "region_name": "us-east-1",
+        },
     )
     fs.call_s3("create_bucket", Bucket="bench")
     return server, fs
 
 
+def _counters(reader: EpisodeReader) -> tuple[float, float, float, float]:
+    """Chunk reads, bytes read, fetch seconds and I/O seconds so far."""
+    return (reader.chunk_reads, reader.bytes_read, reader.fetch_seconds, reader.io_seconds)
+
+
 def measure_reads(
-    p: Params, data: dict[str, list[bytes]], anchors: list[list[int]]
+    data: dict[str, list[bytes]], anchors: list[list[int]]
 ) -> dict[str, dict[str, float]]:
+    """Chunk reads, bytes and times per sample of each layout, locally and remote."""
     spec = SampleSpec()
+    local = {
+        name: [EpisodeReader(io.BytesIO(b), name=f"{name}/{i}") for i, b in enumerate(data[name])]
+        for name in READ_LAYOUTS
+    }
+    local_figures = read_interleaved(local, anchors, spec)
     server, fs = remote_fs()
-    figures: dict[str, dict[str, float]] = {}
+    files = []
     try:
-        for name in ("grouped", "per_topic", "mcap_default"):
-            local = [
-                EpisodeReader(io.BytesIO(b), name=f"{name}/{i}") for i, b in enumerate(data[name])
-            ]
-            local_figures = read_samples(local, anchors, spec)
-            files, remote = [], []
+        remote: dict[str, list[EpisodeReader]] = {}
+        for name in READ_LAYOUTS:
+            remote[name] = []
             for i, blob in enumerate(data[name]):
                 path = f"bench/{name}/{i}.mcap"
                 fs.pipe(path, blob)
                 files.append(fs.open(path, "rb", cache_type="none"))
-                remote.append(EpisodeReader(files[-1], name=f"s3://{path}"))
-            remote_figures = read_samples(remote, anchors, spec)
-            for f in files:
-                f.close()
-            assert (
-                remote_figures["chunk_reads_per_sample"] == local_figures["chunk_reads_per_sample"]
-            )
-            figures[name] = {
-                "chunk_reads_per_sample": local_figures["chunk_reads_per_sample"],
-                "bytes_per_sample": local_figures["bytes_per_sample"],
-                "local_sample_ms": local_figures["sample_ms_per_sample"],
-                "remote_fetch_ms": remote_figures["fetch_ms_per_sample"],
-                "remote_sample_ms": remote_figures["sample_ms_per_sample"],
-            }
+                remote[name].append(EpisodeReader(files[-1], name=f"s3://{path}"))
+        remote_figures = read_interleaved(remote, anchors, spec)
     finally:
+        for f in files:
+            f.close()
         server.stop()
+    figures = {}
+    for name in READ_LAYOUTS:
+        loc, rem = local_figures[name], remote_figures[name]
+        assert rem["chunk_reads_per_sample"] == loc["chunk_reads_per_sample"]
+        figures[name] = {
+            "chunk_reads_per_sample": loc["chunk_reads_per_sample"],
+            "bytes_per_sample": loc["bytes_per_sample"],
+            "local_fetch_ms": loc["fetch_ms_per_sample"],
+            "local_sample_ms": loc["sample_ms_per_sample"],
+            "remote_fetch_ms": rem["fetch_ms_per_sample"],
+            "remote_fetch_ms_median": rem["fetch_ms_median"],
+            "remote_io_ms": rem["io_ms_per_sample"],
+            "remote_sample_ms": rem["sample_ms_per_sample"],
+            "remote_ms_per_chunk_read": rem["fetch_ms_per_sample"] / rem["chunk_reads_per_sample"],
+        }
     return figures
 
 
@@ -199,7 +270,7 @@ def run(p: Params) -> dict[str, Any]:
     episodes = make_episodes(p)
     data = encode_all(p, episodes)
     anchors = pick_anchors(p, episodes, SampleSpec())
-    reads = measure_reads(p, data, anchors)
+    reads = measure_reads(data, anchors)
     bytes_h264, bytes_jpeg = sum(map(len, data["grouped"])), sum(map(len, data["jpeg"]))
     psnr_y, psnr_rgb = psnr(episodes, data["grouped"])
     psnr_jpeg_y, _ = psnr(episodes, data["jpeg"])
@@ -212,6 +283,9 @@ def run(p: Params) -> dict[str, Any]:
         "chunk_reads_ratio": per_topic["chunk_reads_per_sample"]
         / grouped["chunk_reads_per_sample"],
         "read_speedup": per_topic["remote_fetch_ms"] / grouped["remote_fetch_ms"],
+        "read_speedup_median": per_topic["remote_fetch_ms_median"]
+        / grouped["remote_fetch_ms_median"],
+        "io_speedup": per_topic["remote_io_ms"] / grouped["remote_io_ms"],
         "sample_speedup": per_topic["remote_sample_ms"] / grouped["remote_sample_ms"],
         "chunk_reads_ratio_vs_default": default["chunk_reads_per_sample"]
         / grouped["chunk_reads_per_sample"],

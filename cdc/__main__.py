@@ -35,7 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--publication", default="quarry_cdc")
     parser.add_argument("--status", type=Path, help="status JSON file to keep up to date")
     parser.add_argument("--poll-interval-s", type=float, default=0.1)
-    parser.add_argument("--max-changes", type=int, default=20_000)
+    parser.add_argument("--max-changes", type=int, default=50_000)
     parser.add_argument("--heartbeat-s", type=float, default=10.0)
     parser.add_argument("--maintenance-s", type=float, default=300.0)
     parser.add_argument(
@@ -56,6 +56,7 @@ def _lag_logger(path: Path) -> Callable[[BatchReport], None]:
                         "applied_at": report.applied_at,
                         "lags_s": report.lags_s,
                         "changes": report.changes,
+                        "apply_s": round(report.apply_s, 4),
                         "snapshot_id": report.snapshot_id,
                     }
                 )
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         slot=args.slot,
         publication=args.publication,
         poll_interval_s=args.poll_interval_s,
-        max_changes_per_poll=args.max_changes,
+        max_changes_per_batch=args.max_changes,
         heartbeat_interval_s=args.heartbeat_s,
         maintenance_interval_s=args.maintenance_s,
         resnapshot=args.resnapshot,

@@ -17,12 +17,16 @@ class CdcConfig(BaseModel):
     )
     publication: str = Field(default="quarry_cdc", pattern=r"^[A-Za-z0-9_]{1,63}$")
     poll_interval_s: float = Field(
-        default=0.1, gt=0, description="wait between polls when the slot is empty"
+        default=0.1,
+        gt=0,
+        description="longest wait for a transaction before the follower does its idle work "
+        "(heartbeat, maintenance, status)",
     )
-    max_changes_per_poll: int = Field(
-        default=20_000,
+    max_changes_per_batch: int = Field(
+        default=50_000,
         ge=1,
-        description="upto_nchanges of one peek; Postgres still ends it at a commit",
+        description="the reader stops reading while this many changes wait to be applied; a "
+        "batch still ends at a commit, so one large transaction can exceed it",
     )
     heartbeat_interval_s: float = Field(
         default=10.0,

@@ -53,3 +53,24 @@ class SourceUnavailableError(CdcError):
     """The source database cannot be reached now."""
 
     retryable = True
+
+
+class EventError(CdcError):
+    """A change event (Debezium's envelope) is malformed; ``index`` is its position in the
+    request (0 for a single event) and ``field`` the path of the offending field."""
+
+    def __init__(self, message: str, *, index: int, field: str, **context: Any) -> None:
+        super().__init__(message, index=index, field=field, **context)
+        self.index, self.field = index, field
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_event, (self.message, self.context))
+
+
+def _rebuild_event(message: str, context: dict[str, Any]) -> EventError:
+    return EventError(message, **context)
+
+
+class SourceConflictError(CdcError):
+    """The warehouse is fed by another source (the built-in follower's slot, or another
+    Debezium connector); mixing them would mix two LSN histories."""

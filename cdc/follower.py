@@ -1,9 +1,10 @@
-"""The CDC follower: initial snapshot, then poll the slot into the warehouse until stopped.
+"""The CDC follower: initial snapshot, then stream the slot into the warehouse until stopped.
 
 Exactly-once by construction: a batch of whole transactions and the position it reaches
-commit in one warehouse transaction; the slot is advanced only afterwards; on (re)start the
-warehouse's position is read back and everything at or below it is skipped; and a row is
-replaced only by a newer ``(commit LSN, seq)``, so a replayed batch changes nothing.
+commit in one warehouse transaction; the slot is confirmed only afterwards; on (re)start the
+warehouse's position is read back, streaming restarts from it and everything at or below it
+is skipped; and a row is replaced only by a newer ``(commit LSN, seq)``, so a replayed batch
+changes nothing.
 """
 
 from __future__ import annotations
@@ -11,40 +12,29 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 
+from cdc.backfill import Backfiller
+from cdc.batch import PendingBatch
 from cdc.config import CdcConfig
 from cdc.errors import CdcError, PreflightError, SlotDroppedError
-from cdc.slot import slot_state
+from cdc.progress import BatchReport, Progress
+from cdc.slot import SlotState, slot_state
 from cdc.snapshot import take_snapshot
 from cdc.source import connect, preflight
 from cdc.status import FollowerStatus, utc_now, write_status
 from cdc.stream import ChangeStream
-from cdc.transactions import Transaction
 from warehouse.base import Warehouse
-from warehouse.changes import ChangeBatch, Position, format_lsn
+from warehouse.changes import Position, format_lsn
 from warehouse.errors import WarehouseError
 
+__all__ = ["BatchReport", "Follower", "follow"]
+
 log = logging.getLogger(__name__)
-_STATUS_EVERY_S = 1.0
-_RATE_WINDOW_S = 10.0
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """One applied batch. ``lags_s``: per transaction, Postgres commit to warehouse commit."""
-
-    snapshot_id: int
-    position: Position
-    transactions: int
-    changes: int
-    lags_s: tuple[float, ...]
-    applied_at: float  # Unix time, seconds
+_SLOT_EVERY_S = 1.0
 
 
 def follow(
@@ -67,7 +57,7 @@ def follow(
 
 
 class Follower:
-    """The follower's state between polls; see :func:`follow`."""
+    """The follower's state between batches; see :func:`follow`."""
 
     def __init__(
         self,
@@ -79,14 +69,20 @@ class Follower:
     ) -> None:
         self._dsn, self._warehouse, self._config = source_dsn, warehouse, config
         self._status_path, self._on_batch = status_path, on_batch
-        self._stream = ChangeStream(source_dsn, config)
+        self._stream = ChangeStream(source_dsn, config, warehouse)
+        self._backfill = Backfiller(source_dsn, warehouse, config)
+        self._stream.on_new_table = self._backfill.request
         self._position: Position | None = None
         self._resnapshot = config.resnapshot
-        self._status = FollowerStatus(slot=config.slot)
-        self._rates: deque[tuple[float, int]] = deque()
-        self._last_status = 0.0
+        self._progress = Progress(FollowerStatus(slot=config.slot))
+        self._last_status = self._last_slot_read = 0.0
+        self._written_batches = 0
         self._last_progress = time.monotonic()
         self._last_maintenance = time.monotonic()
+
+    @property
+    def _status(self) -> FollowerStatus:
+        return self._progress.status
 
     def run(self, stop: threading.Event) -> None:
         backoff = self._config.retry_initial_s
@@ -95,7 +91,7 @@ class Follower:
                 try:
                     if self._position is None:
                         self._start()
-                    self._step(stop)
+                    self._step()
                     backoff = self._config.retry_initial_s
                 except (CdcError, WarehouseError, psycopg.OperationalError) as error:
                     if not getattr(error, "retryable", True):
@@ -118,34 +114,39 @@ class Follower:
         position = self._warehouse.position()
         if position is None or self._resnapshot:
             position = self._snapshot()
-        elif position.slot != self._config.slot:
-            raise PreflightError(
-                f"the warehouse follows slot {position.slot!r}, not "
-                f"{self._config.slot!r}; configure that slot or re-snapshot",
-                slot=self._config.slot,
-                warehouse_slot=position.slot,
-            )
-        elif slot is None:
-            raise SlotDroppedError(
-                f"replication slot {self._config.slot!r} is gone but the warehouse is at "
-                f"{format_lsn(position.lsn)}: changes since then are lost to the stream; "
-                "take a new initial snapshot explicitly (`quarry cdc follow --resnapshot`)",
-                slot=self._config.slot,
-                lsn=position.lsn,
-            )
-        elif slot.confirmed_flush_lsn > position.lsn:
-            raise CdcError(
-                f"replication slot {self._config.slot!r} is at "
-                f"{format_lsn(slot.confirmed_flush_lsn)}, past the warehouse's position "
-                f"{format_lsn(position.lsn)} (was the warehouse restored?); re-snapshot with "
-                "`quarry cdc follow --resnapshot`",
-                slot=self._config.slot,
-            )
-        self._stream.advance(position.lsn)  # a crash may have come between commit and advance
+        else:
+            self._check_slot(position, slot)
+        self._stream.start(position.lsn)  # confirms it: a crash may have come before that
+        self._backfill.request_unloaded()
         self._position = position
         self._status.state = "streaming"
         self._status.position_lsn = format_lsn(position.lsn)
         self._write_status(force=True)
+
+    def _check_slot(self, position: Position, slot: SlotState | None) -> None:
+        name = self._config.slot
+        if position.slot != name:
+            raise PreflightError(
+                f"the warehouse follows slot {position.slot!r}, not {name!r}; configure that "
+                "slot or re-snapshot",
+                slot=name,
+                warehouse_slot=position.slot,
+            )
+        if slot is None:
+            raise SlotDroppedError(
+                f"replication slot {name!r} is gone but the warehouse is at "
+                f"{format_lsn(position.lsn)}: changes since then are lost to the stream; "
+                "take a new initial snapshot explicitly (`quarry cdc follow --resnapshot`)",
+                slot=name,
+                lsn=position.lsn,
+            )
+        if slot.confirmed_flush_lsn > position.lsn:
+            raise CdcError(
+                f"replication slot {name!r} is at {format_lsn(slot.confirmed_flush_lsn)}, "
+                f"past the warehouse's position {format_lsn(position.lsn)} (was the warehouse "
+                "restored?); re-snapshot with `quarry cdc follow --resnapshot`",
+                slot=name,
+            )
 
     def _snapshot(self) -> Position:
         self._status.state = "snapshotting"
@@ -156,79 +157,61 @@ class Follower:
         self._status.snapshot_rows, self._status.snapshot_s = report.rows, report.seconds
         return report.position
 
-    def _step(self, stop: threading.Event) -> None:
-        assert self._position is not None
-        poll = self._stream.poll(self._position.lsn)
-        if poll.transactions:
-            self._apply(poll.transactions)
-        if not poll.drained:
-            return
-        if time.monotonic() - self._last_maintenance >= self._config.maintenance_interval_s:
-            self._maintain()
-        if time.monotonic() - self._last_progress >= self._config.heartbeat_interval_s:
+    def _step(self) -> None:
+        batch = self._stream.take(self._config.poll_interval_s)
+        if batch is not None:
+            self._apply(batch)
+        elif time.monotonic() - self._last_progress >= self._config.heartbeat_interval_s:
             self._stream.heartbeat()
             self._last_progress = time.monotonic()
+        if self._backfill.pending and self._position is not None:
+            self._status.backfilled_rows += self._backfill.run(self._position)
+        if time.monotonic() - self._last_maintenance >= self._config.maintenance_interval_s:
+            self._maintain()
         self._write_status()
-        stop.wait(self._config.poll_interval_s)
 
     def _maintain(self) -> None:
-        report = self._warehouse.maintain()
+        """Warehouse upkeep; a failure is reported and retried at the next interval, it does
+        not stop the stream."""
         self._last_maintenance = time.monotonic()
+        try:
+            report = self._warehouse.maintain()
+        except WarehouseError as error:
+            log.warning("warehouse maintenance failed (retried later): %s", error)
+            self._note_error(error)
+            return
+        self._status.maintenance_total += 1
+        self._status.maintenance_s = round(report.seconds, 3)
+        self._status.tombstones_purged_total += report.purged
         log.info(
-            "warehouse maintenance: expired %d snapshots (%d kept for manifests) in %.2f s",
+            "warehouse maintenance: expired %d snapshots (%d kept for manifests), purged %d "
+            "tombstones in %.2f s",
             len(report.expired),
             len(report.protected),
+            report.purged,
             report.seconds,
         )
 
-    def _apply(self, transactions: list[Transaction]) -> None:
+    def _apply(self, pending: PendingBatch) -> None:
         assert self._position is not None
-        for tx in transactions:
-            for relation in tx.relations.values():
-                if self._warehouse.ensure_table(self._stream.table_spec(relation)):
-                    log.info(
-                        "schema of %s.%s changed; warehouse table updated",
-                        relation.namespace,
-                        relation.name,
-                    )
-        last = transactions[-1]
-        position = Position(
-            lsn=last.end_lsn,
-            snapshot_lsn=self._position.snapshot_lsn,
-            slot=self._config.slot,
-            commit_lsn=last.commit_lsn,
-            tx_id=last.xid,
-            commit_ts_ms=last.commit_ts_ms,
-        )
-        events = [event for tx in transactions for event in tx.events]
-        snapshot_id = self._warehouse.apply(ChangeBatch(events, position))
+        batch = pending.change_batch(self._position)
+        started = time.monotonic()
+        snapshot_id = self._warehouse.apply(batch)
         applied_at = time.time()
-        self._stream.advance(position.lsn)
-        self._position = position
+        self._stream.confirm(batch.position.lsn)
+        self._position = batch.position
         self._last_progress = time.monotonic()
-        lags = tuple(max(0.0, applied_at - tx.commit_ts_ms / 1000) for tx in transactions)
-        self._record(
-            BatchReport(snapshot_id, position, len(transactions), len(events), lags, applied_at)
+        lags = tuple(max(0.0, applied_at - c.commit_ts_ms / 1000) for c in pending.commits)
+        report = BatchReport(
+            snapshot_id,
+            batch.position,
+            len(pending.commits),
+            pending.changes,
+            lags,
+            applied_at,
+            self._last_progress - started,
         )
-
-    def _record(self, report: BatchReport) -> None:
-        status = self._status
-        status.snapshot_id = report.snapshot_id
-        status.position_lsn = format_lsn(report.position.lsn)
-        status.commit_lsn = format_lsn(report.position.commit_lsn)
-        status.lag_s = max(report.lags_s)
-        status.max_lag_s = max(status.max_lag_s or 0.0, status.lag_s)
-        status.changes_total += report.changes
-        status.transactions_total += report.transactions
-        status.batches_total += 1
-        status.state = "streaming"
-        now = time.monotonic()
-        self._rates.append((now, report.changes))
-        while self._rates and now - self._rates[0][0] > _RATE_WINDOW_S:
-            self._rates.popleft()
-        span = max(now - self._rates[0][0], 1.0)
-        status.rows_per_s = sum(n for _, n in self._rates) / span
-        self._write_status(force=True)
+        self._progress.record_batch(report)
         if self._on_batch is not None:
             self._on_batch(report)
 
@@ -255,20 +238,20 @@ class Follower:
         self._write_status(force=True)
 
     def _write_status(self, *, force: bool = False) -> None:
+        """Rewrite the status file when forced, after a batch, or once a second; the slot's
+        state (a query on the source) is read at most once a second."""
         if self._status_path is None:
             return
         now = time.monotonic()
-        if not force and now - self._last_status < _STATUS_EVERY_S:
+        batches = self._status.batches_total
+        if not force and batches == self._written_batches and now - self._last_status < 1.0:
             return
+        self._written_batches = batches
+        if self._position is not None and now - self._last_slot_read >= _SLOT_EVERY_S:
+            self._last_slot_read = now
+            try:
+                self._progress.record_slot(self._stream.state())
+            except CdcError as error:
+                log.debug("slot state unavailable: %s", error)
         self._last_status = now
-        state = self._stream_state()
-        if state is not None:
-            self._status.slot_lag_bytes = state
         write_status(self._status_path, self._status)
-
-    def _stream_state(self) -> int | None:
-        try:
-            state = self._stream.state() if self._position is not None else None
-        except CdcError:
-            return None
-        return None if state is None else state.lag_bytes

@@ -53,15 +53,23 @@ class ReplicaIdentity(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class ColumnValue:
-    kind: TupleKind
-    data: bytes | None = None  # the value's text (or binary) form for TEXT / BINARY
+class BinaryValue:
+    """A column value in binary format (only sent when the ``binary`` option is on)."""
+
+    data: bytes
 
 
-TupleData = tuple[ColumnValue, ...]
-_TUPLE_KINDS = {kind.value[0]: kind for kind in TupleKind}
-_NULL = ColumnValue(TupleKind.NULL)
-_UNCHANGED = ColumnValue(TupleKind.UNCHANGED_TOAST)
+#: One column of a TupleData: the value's text as ``bytes``; ``None`` for NULL;
+#: ``TupleKind.UNCHANGED_TOAST`` for an unchanged TOASTed value that was not sent; a
+#: :class:`BinaryValue` for a binary-format value.
+TupleValue = bytes | BinaryValue | TupleKind | None
+TupleData = tuple[TupleValue, ...]
+UNCHANGED = TupleKind.UNCHANGED_TOAST
+# Tuple kinds as the integer bytes the decoder's hot loop compares (from the enum, not magic).
+_TEXT, _NULL_KIND, _UNCHANGED_KIND, _BINARY = (
+    kind.value[0]
+    for kind in (TupleKind.TEXT, TupleKind.NULL, TupleKind.UNCHANGED_TOAST, TupleKind.BINARY)
+)
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 
@@ -288,26 +296,39 @@ def _type(cur: _Cursor) -> TypeInfo:
 
 
 def _tuple(cur: _Cursor) -> TupleData:
-    # The hot path of decoding (every column of every row): one tight loop over the buffer.
+    # The hot path of decoding (every column of every row): one tight loop over the buffer,
+    # values left as bytes (the warehouse casts text in bulk).
     data, pos = cur.data, cur.offset
+    end = len(data)
     try:
         (count,) = _INT16.unpack_from(data, pos)
         pos += 2
-        values: list[ColumnValue] = []
+        values: list[TupleValue] = []
+        append = values.append
         for _ in range(count):
-            kind = _TUPLE_KINDS.get(data[pos])
-            pos += 1
-            if kind is TupleKind.TEXT or kind is TupleKind.BINARY:
-                (size,) = _INT32.unpack_from(data, pos)
-                pos += 4
-                if size < 0 or pos + size > len(data):
-                    raise DecodeError("pgoutput tuple value runs past the message", offset=pos)
-                values.append(ColumnValue(kind, data[pos : pos + size]))
-                pos += size
-            elif kind is None:
-                raise DecodeError(f"unknown tuple column kind {data[pos - 1]!r}", offset=pos)
+            kind = data[pos]
+            if kind == _TEXT:
+                (size,) = _INT32.unpack_from(data, pos + 1)
+                start = pos + 5
+                pos = start + size
+                if size < 0 or pos > end:
+                    raise DecodeError("pgoutput tuple value runs past the message", offset=start)
+                append(data[start:pos])
+            elif kind == _NULL_KIND:
+                append(None)
+                pos += 1
+            elif kind == _UNCHANGED_KIND:
+                append(UNCHANGED)
+                pos += 1
+            elif kind == _BINARY:
+                (size,) = _INT32.unpack_from(data, pos + 1)
+                start = pos + 5
+                pos = start + size
+                if size < 0 or pos > end:
+                    raise DecodeError("pgoutput tuple value runs past the message", offset=start)
+                append(BinaryValue(data[start:pos]))
             else:
-                values.append(_NULL if kind is TupleKind.NULL else _UNCHANGED)
+                raise DecodeError(f"unknown tuple column kind {bytes([kind])!r}", offset=pos)
     except (IndexError, struct.error):
         raise DecodeError("pgoutput tuple truncated", offset=pos) from None
     cur.offset = pos

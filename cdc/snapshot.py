@@ -12,7 +12,7 @@ from __future__ import annotations
 import io
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +22,7 @@ import pyarrow.csv as pacsv
 from psycopg import sql
 
 from cdc.config import CdcConfig
-from cdc.slot import drop_slot, exported_snapshot
+from cdc.slot import ExportedSnapshot, drop_slot, exported_snapshot
 from cdc.source import Connection, connect, preflight, publication_tables, qualified
 from warehouse.base import Warehouse
 from warehouse.changes import Position, SnapshotChunk, TableSpec
@@ -51,27 +51,52 @@ class _Part:
 def take_snapshot(dsn: str, warehouse: Warehouse, config: CdcConfig) -> SnapshotReport:
     """Create the slot (replacing a stale one), load every published table as of its
     consistent point in one warehouse commit, and return the position the stream starts at."""
-    started = time.monotonic()
     with connect(dsn) as conn:
         preflight(conn, config)
         drop_slot(conn, config.slot)
-    with (
-        exported_snapshot(dsn, config.slot) as exported,
-        _SnapshotReaders(dsn, exported.snapshot_name, config.snapshot_workers) as readers,
-    ):
-        tables = publication_tables(readers.main, config.publication)
-        for spec, _, _ in tables:
-            warehouse.ensure_table(spec)
-        parts = _plan(readers.main, tables, config.snapshot_split_pages, config.snapshot_workers)
+    with exported_snapshot(dsn, config.slot) as exported:
         position = Position(
             lsn=exported.consistent_lsn, snapshot_lsn=exported.consistent_lsn, slot=config.slot
         )
+        return _load(dsn, warehouse, config, exported, position, None)
+
+
+def load_tables(
+    dsn: str, warehouse: Warehouse, config: CdcConfig, names: Collection[str], position: Position
+) -> SnapshotReport:
+    """Load the current rows of the published tables ``names`` (a backfill), versioned at the
+    consistent point of a temporary slot's exported snapshot: every streamed change committed
+    after it is newer and wins, every one before it is older and is already in the rows read.
+    The warehouse's position stays ``position``; the stream goes on around the load."""
+    slot = f"{config.slot}_backfill"
+    with exported_snapshot(dsn, slot, temporary=True) as exported:
+        return _load(dsn, warehouse, config, exported, position, set(names))
+
+
+def _load(
+    dsn: str,
+    warehouse: Warehouse,
+    config: CdcConfig,
+    exported: ExportedSnapshot,
+    position: Position,
+    only: set[str] | None,
+) -> SnapshotReport:
+    started = time.monotonic()
+    with _SnapshotReaders(dsn, exported.snapshot_name, config.snapshot_workers) as readers:
+        tables = publication_tables(readers.main, config.publication)
+        tables = [t for t in tables if only is None or t[0].name in only]
+        for spec, _, _ in tables:
+            warehouse.ensure_table(spec)
+        parts = _plan(readers.main, tables, config.snapshot_split_pages, config.snapshot_workers)
         counter = _Counter()
         chunks = counter.count(readers.chunks(parts, config.snapshot_batch_bytes))
-        snapshot_id = warehouse.apply_snapshot([t[0].name for t in tables], chunks, position)
+        snapshot_id = warehouse.apply_snapshot(
+            [t[0].name for t in tables], chunks, position, version_lsn=exported.consistent_lsn
+        )
     seconds = time.monotonic() - started
     log.info(
-        "initial snapshot: %d rows of %d tables (%d reads) in %.2f s",
+        "%s: %d rows of %d tables (%d reads) in %.2f s",
+        "initial snapshot" if only is None else "backfill",
         counter.rows,
         len(tables),
         len(parts),

@@ -109,9 +109,15 @@ def warehouse_table(namespace: str, name: str) -> str:
 
 
 def table_spec(conn: Connection, oid: int, namespace: str, name: str) -> TableSpec:
+    """A table's current columns (``format_type`` spelling) and key, from the catalog."""
     columns = tuple(ColumnSpec(str(n), str(t)) for n, t in conn.execute(_COLUMNS, (oid,)))
-    key = tuple(str(n) for (n,) in conn.execute(_KEY, (oid,)))
-    return TableSpec(warehouse_table(namespace, name), columns, key)
+    return TableSpec(warehouse_table(namespace, name), columns, table_key(conn, oid))
+
+
+def table_key(conn: Connection, oid: int) -> tuple[str, ...]:
+    """The columns of the table's replica identity index, else of its primary key; empty
+    when it has neither."""
+    return tuple(str(n) for (n,) in conn.execute(_KEY, (oid,)))
 
 
 def qualified(namespace: str, name: str) -> sql.Composed:

@@ -21,7 +21,10 @@ class FollowerStatus:
 
     ``lag_s`` is Postgres commit time (pgoutput Begin) to warehouse commit, for the oldest
     transaction of the last applied batch; while the source is quiet, heartbeat transactions
-    keep it current. A status whose ``updated_at`` is more than a few seconds old means the
+    keep it current. ``slot_lag_bytes`` is WAL written since the slot's confirmed position,
+    ``slot_lag_s`` how long ago the WAL passed that position, ``slot_retained_bytes`` the WAL
+    the slot holds from its restart point, ``slot_restart_age_s`` how long ago the WAL passed
+    that restart point. A status whose ``updated_at`` is more than a few seconds old means the
     follower is not running (it rewrites the file at least once a second).
     """
 
@@ -40,6 +43,15 @@ class FollowerStatus:
     snapshot_rows: int | None = None
     snapshot_s: float | None = None
     slot_lag_bytes: int | None = None
+    slot_lag_s: float | None = None
+    slot_retained_bytes: int | None = None
+    slot_restart_age_s: float | None = None
+    last_batch_changes: int = 0
+    last_batch_s: float | None = None
+    maintenance_total: int = 0
+    maintenance_s: float | None = None
+    tombstones_purged_total: int = 0
+    backfilled_rows: int = 0
     last_error: str | None = None
     last_error_at: str | None = None
     errors_total: int = 0

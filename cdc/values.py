@@ -7,6 +7,7 @@ has exactly one text form to parse. Types without a converter here stay text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
@@ -215,3 +216,36 @@ class _ArrayParser:
         if self._peek() != char:
             raise ValueError(f"expected {char!r} at {self.pos} in {self.text[:80]!r}")
         self.pos += 1
+
+
+TextFixup = Callable[[bytes], bytes]
+
+
+def warehouse_text(type_oid: int) -> TextFixup | None:
+    """How a value of ``type_oid`` in Postgres text form becomes the text the warehouse casts
+    (the form the initial snapshot's COPY writes), or ``None`` when it already is: arrays
+    become JSON, ``bytea`` loses its ``\\x`` prefix. Everything else DuckDB casts directly."""
+    element = ARRAY_ELEMENTS.get(type_oid)
+    if element is not None:
+        parse = converter(type_oid)
+        return lambda raw: json.dumps(parse(raw.decode()), default=_json_default).encode()
+    if type_oid == _BYTEA:
+        return _strip_hex_prefix
+    return None
+
+
+_BYTEA = 17
+
+
+def _strip_hex_prefix(raw: bytes) -> bytes:
+    if not raw.startswith(b"\\x"):
+        raise DecodeError("bytea not in hex output format", type_oid=_BYTEA)
+    return raw[2:]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import struct
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import IO
@@ -72,6 +73,8 @@ class Source:
         self.stream, self.name = stream, name
         self.reads = 0
         self.bytes_read = 0
+        #: seconds spent inside read calls (the I/O alone), summed.
+        self.seconds = 0.0
 
     def size(self) -> int:
         """Total size in bytes."""
@@ -82,11 +85,13 @@ class Source:
 
     def read_at(self, offset: int, length: int) -> bytes:
         """Exactly ``length`` bytes at ``offset``, in one read call."""
+        started = time.perf_counter()
         try:
             self.stream.seek(offset)
             data = self.stream.read(length)
         except OSError as exc:
             raise SourceError(f"read failed: {exc}", file=self.name, offset=offset) from exc
+        self.seconds += time.perf_counter() - started
         self.reads += 1
         self.bytes_read += len(data)
         if len(data) != length:
@@ -174,8 +179,9 @@ def read_metadata(src: Source, summary: Summary, name: str) -> dict[str, str] | 
     return dict(record.metadata)
 
 
-def read_chunk(src: Source, ref: ChunkRef) -> list[Message]:
-    """Read one chunk in a single read, check its CRC, and return its messages in file order."""
+def read_chunk(src: Source, ref: ChunkRef) -> dict[int, list[Message]]:
+    """Read one chunk in a single read, check its CRC, and return its messages by channel id,
+    each channel's in file order."""
     if ref.length > MAX_CHUNK_BYTES or ref.uncompressed_size > MAX_CHUNK_BYTES:
         raise ContainerError("chunk too large", file=src.name, offset=ref.offset)
     data = src.read_at(ref.offset, ref.length)
@@ -183,7 +189,7 @@ def read_chunk(src: Source, ref: ChunkRef) -> list[Message]:
         if data[0] != Opcode.CHUNK:
             raise ContainerError("no chunk at its index", file=src.name, offset=ref.offset)
         chunk = Chunk.read(ReadDataStream(io.BytesIO(data[9:])))
-        raw = _decompress(chunk)
+        raw = decompress(chunk)
         if chunk.uncompressed_crc and zlib.crc32(raw) != chunk.uncompressed_crc:
             raise ContainerError("chunk CRC mismatch", file=src.name, offset=ref.offset)
         return _messages(raw)
@@ -193,26 +199,41 @@ def read_chunk(src: Source, ref: ChunkRef) -> list[Message]:
         raise ContainerError(f"corrupt chunk: {exc}", file=src.name, offset=ref.offset) from exc
 
 
-def _decompress(chunk: Chunk) -> bytes:
+def decompress(chunk: Chunk) -> bytes:
+    """The uncompressed records of ``chunk`` (CRC not checked here)."""
     stream, length = get_chunk_data_stream(chunk, validate_crc=False)
     return stream.read(length)
 
 
 _RECORD = struct.Struct("<BQ")
-_MESSAGE = struct.Struct("<HIQQ")
+#: A message record's opcode and length, then channel, sequence, log and publish time.
+_MESSAGE = struct.Struct("<BQHIQQ")
+_OPCODE_MESSAGE = int(Opcode.MESSAGE)
 
 
-def _messages(raw: bytes) -> list[Message]:
-    """Message records of a decompressed chunk (other records skipped), in file order."""
-    out, pos, end, view = [], 0, len(raw), memoryview(raw)
+def _messages(raw: bytes) -> dict[int, list[Message]]:
+    """Message records of a decompressed chunk by channel (other records skipped).
+
+    This loop runs once per message of every chunk read, so it unpacks a message record's
+    headers in one call, slices its payload straight out of ``raw`` and files it under its
+    channel in the same pass.
+    """
+    out: dict[int, list[Message]] = {}
+    pos, end = 0, len(raw)
     while pos < end:
-        opcode, length = _RECORD.unpack_from(raw, pos)
-        pos += _RECORD.size
-        if pos + length > end:
+        if raw[pos] == _OPCODE_MESSAGE and pos + _MESSAGE.size <= end:
+            _, length, channel, sequence, log_time, publish_time = _MESSAGE.unpack_from(raw, pos)
+            start, pos = pos + _MESSAGE.size, pos + _RECORD.size + length
+            if pos > end or start > pos:
+                raise ValueError(f"record of {length} bytes overruns the chunk")
+            message = Message(channel, log_time, raw[start:pos], publish_time, sequence)
+            try:
+                out[channel].append(message)
+            except KeyError:
+                out[channel] = [message]
+            continue
+        _, length = _RECORD.unpack_from(raw, pos)
+        pos += _RECORD.size + length
+        if pos > end:
             raise ValueError(f"record of {length} bytes overruns the chunk")
-        if opcode == Opcode.MESSAGE:
-            channel, sequence, log_time, publish_time = _MESSAGE.unpack_from(raw, pos)
-            data = bytes(view[pos + _MESSAGE.size : pos + length])
-            out.append(Message(channel, log_time, data, publish_time, sequence))
-        pos += length
     return out

@@ -143,7 +143,7 @@ def ingest_synth(
             results[index] = register(conn, prepared)
             bar.update(1)
     for index in set(range(episodes)) - set(results):
-        results[index] = _existing(conn, ids[index])
+        results[index] = existing_result(conn, ids[index])
     return [results[i] for i in range(episodes)]
 
 
@@ -161,7 +161,8 @@ def _prepare_all(
             yield index, future.result()
 
 
-def _existing(conn: psycopg.Connection[Any], episode: str) -> IngestResult:
+def existing_result(conn: psycopg.Connection[Any], episode: str) -> IngestResult:
+    """The result of an episode registered earlier (``created=False``, no flags)."""
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(
             "SELECT uri, robot_id, task_id, size_bytes, sha256, success FROM episodes"

@@ -79,8 +79,17 @@ class EpisodeReader:
         """Bytes read from the underlying file so far."""
         return self._src.bytes_read
 
+    @property
+    def io_seconds(self) -> float:
+        """Seconds spent inside read calls on the underlying file (I/O alone, no parsing)."""
+        return self._src.seconds
+
     def read_sample(self, anchor_ns: int, spec: SampleSpec) -> Sample:
-        """The sample at ``anchor_ns`` (integer nanoseconds, inside ``[start_ns, end_ns)``)."""
+        """The sample at ``anchor_ns`` (integer nanoseconds, inside ``[start_ns, end_ns)``).
+
+        With ``spec.cameras`` set, only those of the episode's cameras are read; cameras the
+        episode lacks are the caller's to fill (the loader gives them black, invalid frames).
+        """
         if not isinstance(spec, SampleSpec):
             raise SpecError(f"spec must be a SampleSpec, got {type(spec).__name__}")
         if not self.info.start_ns <= anchor_ns < self.info.end_ns:
@@ -89,14 +98,21 @@ class EpisodeReader:
                 f"[{self.info.start_ns}, {self.info.end_ns})",
                 file=self.name,
             )
+        # Every chunk the sample needs is read before any frame is decoded, so a sample's
+        # reads go out back to back and its CPU-bound decoding comes after its I/O.
         loaded = _Loaded(self)
-        frames, frame_ns, frame_valid = {}, {}, {}
-        for cam in self.info.cameras:
-            frames[cam.topic], frame_ns[cam.topic], frame_valid[cam.topic] = self._frames(
-                loaded, cam, anchor_ns, spec
-            )
+        need = (spec.frames_per_camera - 1) * spec.frame_stride + 1
+        cameras = [c for c in self.info.cameras if spec.cameras is None or c.topic in spec.cameras]
+        history = {
+            cam.topic: self._frame_history(loaded, cam.topic, anchor_ns, need) for cam in cameras
+        }
         state, state_ns, state_valid = self._state(loaded, anchor_ns, spec)
         actions, action_ns, action_valid = self._actions(loaded, anchor_ns, spec)
+        frames, frame_ns, frame_valid = {}, {}, {}
+        for cam in cameras:
+            frames[cam.topic], frame_ns[cam.topic], frame_valid[cam.topic] = self._frames(
+                cam, history[cam.topic], anchor_ns, spec
+            )
         return Sample(
             anchor_ns,
             frames,
@@ -111,10 +127,10 @@ class EpisodeReader:
         )
 
     def _frames(
-        self, loaded: _Loaded, cam: TopicInfo, anchor_ns: int, spec: SampleSpec
+        self, cam: TopicInfo, frames: list[_Frame], anchor_ns: int, spec: SampleSpec
     ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Decode the sample's frames of ``cam`` from its loaded history ``frames``."""
         count, stride = spec.frames_per_camera, spec.frame_stride
-        frames = self._frame_history(loaded, cam.topic, anchor_ns, (count - 1) * stride + 1)
         times = np.array([h.time_ns for h, _ in frames], dtype=np.int64)
         picks = frame_picks(times, anchor_ns, count, stride)
         valid = picks >= 0
@@ -213,18 +229,42 @@ class EpisodeReader:
             out.extend(loaded.messages(refs[last], topic))
         return out
 
-    def read_messages(self, topic: str) -> list[Message]:
-        """Every message of ``topic``, in recorded order (by sequence)."""
+    def read_messages(
+        self, topic: str, start_ns: int | None = None, end_ns: int | None = None
+    ) -> list[Message]:
+        """Messages of ``topic`` in recorded order (by sequence): every one, or those with a
+        log time in ``[start_ns, end_ns)`` (integer ns), reading only the chunks that overlap.
+
+        :raises RangeError: the range is empty or does not overlap the episode.
+        """
         info = self._topic(topic)
+        lo, hi = self._range(topic, start_ns, end_ns)
         loaded = _Loaded(self)
-        out = [m for ref in self._refs[topic] for m in loaded.messages(ref, info)]
+        refs = [r for r in self._refs[topic] if r.start_ns < hi and r.end_ns >= lo]
+        out = [m for ref in refs for m in loaded.messages(ref, info) if lo <= m.log_time < hi]
         out.sort(key=lambda m: m.sequence)
         return out
 
-    def read_vectors(self, topic: str) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
-        """All samples of a vector topic in recorded order: times (N,) ns, values (N, D)."""
+    def read_vectors(
+        self, topic: str, start_ns: int | None = None, end_ns: int | None = None
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """Samples of a vector topic in recorded order, optionally in ``[start_ns, end_ns)``
+        (as :meth:`read_messages`): times (N,) integer ns, values (N, D) float32."""
         info = self._topic(topic)
-        return _unpack(self.read_messages(topic), info, self.name)
+        return _unpack(self.read_messages(topic, start_ns, end_ns), info, self.name)
+
+    def _range(self, topic: str, start_ns: int | None, end_ns: int | None) -> tuple[int, int]:
+        episode = (self.info.start_ns, self.info.end_ns)
+        lo = episode[0] if start_ns is None else start_ns
+        hi = episode[1] if end_ns is None else end_ns
+        if lo >= hi or hi <= episode[0] or lo >= episode[1]:
+            raise RangeError(
+                f"time range [{lo}, {hi}) is empty or outside the episode "
+                f"[{episode[0]}, {episode[1]})",
+                file=self.name,
+                topic=topic,
+            )
+        return lo, hi
 
     def iter_frames(
         self, topic: str
@@ -261,9 +301,7 @@ class _Loaded:
         chunk = self._chunks.get(ref.offset)
         if chunk is None:
             started = time.perf_counter()
-            chunk = {}
-            for m in read_chunk(self._reader._src, ref):
-                chunk.setdefault(m.channel_id, []).append(m)
+            chunk = read_chunk(self._reader._src, ref)
             self._chunks[ref.offset] = chunk
             self._reader.chunk_reads += 1
             self._reader.fetch_seconds += time.perf_counter() - started

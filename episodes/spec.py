@@ -24,6 +24,9 @@ class SampleSpec:
     :param state_history: state steps at the control rate, ending at the anchor.
     :param action_horizon: action steps at the control rate, starting at the anchor.
     :param anchor_stride: control steps between consecutive anchors of a slice.
+    :param cameras: the camera topics every sample carries, in order; ``None`` means each
+        episode's own cameras. A fleet mixes camera rigs, so a manifest fixes the set: a
+        camera an episode lacks comes back as black frames marked invalid.
     """
 
     control_hz: float = 50.0
@@ -32,6 +35,7 @@ class SampleSpec:
     state_history: int = 16
     action_horizon: int = 32
     anchor_stride: int = 5
+    cameras: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         hz = self.control_hz
@@ -46,6 +50,7 @@ class SampleSpec:
             if not 1 <= value <= 1_000_000:
                 raise SpecError(f"{name} must be in [1, 1000000], got {value!r}")
         object.__setattr__(self, "control_hz", float(hz))
+        object.__setattr__(self, "cameras", _camera_tuple(self.cameras))
 
     @property
     def period_ns(self) -> int:
@@ -59,7 +64,9 @@ class SampleSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a JSON-ready dict (the form stored in manifests)."""
-        return asdict(self)
+        data = asdict(self)
+        data["cameras"] = None if self.cameras is None else list(self.cameras)
+        return data
 
     @classmethod
     def from_dict(cls, data: object) -> SampleSpec:
@@ -101,3 +108,15 @@ class SampleSpec:
         """Anchor times of the slice ``[start_ns, end_ns)``, integer nanoseconds."""
         count = self.count_samples(int(start_ns), int(end_ns))
         return int(start_ns) + np.arange(count, dtype=np.int64) * self.anchor_step_ns
+
+
+def _camera_tuple(value: object) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise SpecError(f"cameras must be a list of camera topics, got {value!r}")
+    if not value or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(f"cameras must be a non-empty list of topic names, got {value!r}")
+    if len(set(value)) != len(value):
+        raise SpecError(f"cameras lists a topic twice: {value!r}")
+    return tuple(value)

@@ -1,12 +1,13 @@
 """Object-store access, the node-local cache and torch datasets that assemble samples.
 
-``import loader`` does not import torch; the datasets live in :mod:`loader.dataset`.
+``import loader`` does not import torch; the datasets (and :class:`~loader.dataset.BatchStream`)
+live in :mod:`loader.dataset`.
 See ``docs/loader.md``.
 """
 
 from .cache import Lease, NodeCache, ObjectRef
 from .config import CacheConfig, LoaderConfig, StoreConfig
-from .delivery import fetch_manifest
+from .delivery import cached_manifest, fetch_manifest
 from .errors import (
     BadEpisodeError,
     CacheError,
@@ -42,6 +43,7 @@ __all__ = [
     "SamplerStateError",
     "StoreConfig",
     "WarmReport",
+    "cached_manifest",
     "fetch_manifest",
     "manifest_refs",
     "warm_cache",

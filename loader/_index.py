@@ -34,8 +34,10 @@ CREATE TABLE IF NOT EXISTS pins (
     key TEXT NOT NULL, holder TEXT NOT NULL, count INTEGER NOT NULL, PRIMARY KEY (key, holder)
 );
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
 USED = "used_bytes"
+CAPACITY = "capacity_bytes"
 
 
 class EntryState(StrEnum):
@@ -187,6 +189,21 @@ def bump(conn: sqlite3.Connection, **deltas: int) -> None:
                 "ON CONFLICT (name) DO UPDATE SET value = value + excluded.value",
                 (name, delta),
             )
+
+
+def get_setting(conn: sqlite3.Connection, name: str) -> int | None:
+    """Setting ``name`` as the last process that wrote it left it, if any."""
+    row = conn.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def set_setting(conn: sqlite3.Connection, name: str, value: int) -> None:
+    """Record setting ``name`` (e.g. the capacity a filling process was configured with)."""
+    conn.execute(
+        "INSERT INTO settings (name, value) VALUES (?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        (name, value),
+    )
 
 
 def get_entry(conn: sqlite3.Connection, key: str) -> Entry | None:

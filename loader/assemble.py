@@ -173,9 +173,10 @@ class SampleSource:
             state = self._state_norm(state, "state")
         if self._action_norm is not None:
             actions = self._action_norm(actions, "actions")
+        frames, frame_valid = _conform_cameras(sample, self.spec.cameras)
         return {
-            "frames": sample.frames,
-            "frame_valid": sample.frame_valid,
+            "frames": frames,
+            "frame_valid": frame_valid,
             "state": state,
             "state_valid": sample.state_valid,
             "actions": actions,
@@ -188,6 +189,24 @@ class SampleSource:
         if self._state is not None and self._pid == os.getpid():
             for key in list(self._state.readers):
                 self._close(key)
+
+
+def _conform_cameras(
+    sample: Sample, cameras: tuple[str, ...] | None
+) -> tuple[dict[str, npt.NDArray[Any]], dict[str, npt.NDArray[np.bool_]]]:
+    """Exactly the spec's cameras, so every sample of a manifest has the same keys: a camera
+    the episode lacks becomes black frames (shaped like the episode's first camera) that are
+    all invalid. Without a camera list, the episode's own cameras."""
+    if cameras is None:
+        return sample.frames, sample.frame_valid
+    if not sample.frames:
+        raise LoaderError("the episode has none of the manifest's cameras")
+    template = next(iter(sample.frames.values()))
+    frames = {c: sample.frames.get(c, np.zeros_like(template)) for c in cameras}
+    valid = {
+        c: sample.frame_valid.get(c, np.zeros(template.shape[0], dtype=np.bool_)) for c in cameras
+    }
+    return frames, valid
 
 
 def _object_ref(row: ManifestRow) -> ObjectRef:

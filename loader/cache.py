@@ -14,14 +14,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import re
 import shutil
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import Any, BinaryIO
+from typing import Any
 
 from filelock import FileLock, Timeout
 
@@ -29,64 +26,13 @@ from . import _index as ix
 from ._index import Decision, EntryState
 from .config import CacheConfig
 from .errors import CacheError, CacheFullError, ChecksumError
+from .lease import Lease, ObjectRef, check_ref
 from .metrics import CacheMetrics, CacheStatus
 from .store import ObjectStore
 
-_KEY = re.compile(r"^[0-9a-f]{64}$")
+__all__ = ["Lease", "NodeCache", "ObjectRef"]
+
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
-
-
-@dataclass(frozen=True)
-class ObjectRef:
-    """An object the cache can hold: where it lies, its SHA-256 (the cache key) and size.
-
-    :param size: object size, bytes.
-    :param episode_id: the episode it holds, for error messages.
-    """
-
-    uri: str
-    sha256: str
-    size: int
-    episode_id: str | None = None
-
-
-class Lease:
-    """Use of one object: local (pinned against eviction until released) or streamed."""
-
-    def __init__(
-        self, cache: NodeCache, ref: ObjectRef, path: Path | None, outcome: Decision
-    ) -> None:
-        self.cache = cache
-        self.ref = ref
-        self.path = path
-        self.outcome = outcome
-        """How the lease was served: ``hit``, ``fill`` (downloaded now) or ``stream``."""
-        self._released = path is None
-
-    @property
-    def streamed(self) -> bool:
-        """Whether reads go to the object store (the object did not fit in the cache)."""
-        return self.path is None
-
-    def open(self) -> BinaryIO:
-        """A binary reader over the object: the local file, or a bounded read-ahead stream."""
-        if self.path is None:
-            return self.cache.store.open(self.ref.uri)
-        return self.path.open("rb")
-
-    def release(self) -> None:
-        """Unpin the object (idempotent)."""
-        if not self._released:
-            self._released = True
-            self.cache._unpin(self.ref.sha256)
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.release()
 
 
 class NodeCache:
@@ -133,7 +79,7 @@ class NodeCache:
         :raises CacheFullError: the disk stayed full after evicting all it could.
         :raises CacheError: waiting for another process's fill timed out (retryable).
         """
-        _check_ref(ref)
+        check_ref(ref)
         lease = self._try_hit(ref)
         return lease if lease is not None else self._acquire_locked(ref)
 
@@ -141,6 +87,28 @@ class NodeCache:
         """Make ``ref`` local without keeping it pinned; ``None`` if it had to be streamed."""
         with self.acquire(ref) as lease:
             return lease.path
+
+    def lookup(self, key: str, uri: str = "") -> Lease | None:
+        """A lease on object ``key`` if it is local now (a hit), else ``None``; never fetches.
+
+        :param uri: where the object comes from, for the lease's reference (may be empty).
+        """
+        with self.index.transaction() as conn:
+            entry = ix.get_entry(conn, key)
+        if entry is None or entry.state is not EntryState.LOCAL:
+            return None
+        ref = ObjectRef(uri, key, entry.size)
+        check_ref(ref)
+        return self._try_hit(ref)
+
+    def recorded_capacity(self) -> int | None:
+        """The capacity, bytes, of the last process that reserved room in this cache folder.
+
+        Commands that only inspect the cache (``quarry cache status|evict``) report against it
+        when they are not given one.
+        """
+        with self.index.transaction() as conn:
+            return ix.get_setting(conn, ix.CAPACITY)
 
     def _try_hit(self, ref: ObjectRef) -> Lease | None:
         with self.index.transaction() as conn:
@@ -154,7 +122,7 @@ class NodeCache:
             self.metrics.add(hits=1, bytes_hit=entry.size)
             return lease
         lease.release()
-        self._drop_corrupt(ref.sha256, entry.mtime_ns)
+        self._drop_corrupt(ref.sha256, entry.mtime_ns, undo_hit=entry.size)
         return None
 
     def _file_ok(self, entry: ix.Entry) -> bool:
@@ -171,9 +139,15 @@ class NodeCache:
                 digest.update(block)
         return digest.hexdigest() == ref.sha256
 
-    def _drop_corrupt(self, key: str, mtime_ns: int) -> None:
-        """Forget a local object whose file no longer matches (unless already refilled)."""
+    def _drop_corrupt(self, key: str, mtime_ns: int, undo_hit: int | None = None) -> None:
+        """Forget a local object whose file no longer matches (unless already refilled).
+
+        :param undo_hit: size, bytes, of a hit counted for the object before its file was
+            found bad; the node-wide counters take that hit back.
+        """
         with self.index.transaction() as conn:
+            if undo_hit is not None:
+                ix.bump(conn, hits=-1, bytes_hit=-undo_hit)
             entry = ix.get_entry(conn, key)
             if entry is not None and entry.state is EntryState.LOCAL and entry.mtime_ns == mtime_ns:
                 ix.delete_entry(conn, key)
@@ -219,6 +193,7 @@ class NodeCache:
                 ix.bump(conn, corrupt=1)
             elif entry is not None:  # an orphaned fill: its owner died (we hold the lock)
                 ix.delete_entry(conn, key)
+            ix.set_setting(conn, ix.CAPACITY, self.config.capacity_bytes)
             if not self._make_room(conn, ref.size, key):
                 ix.bump(conn, streams=1, bytes_streamed=ref.size)
                 return Decision.STREAM
@@ -394,12 +369,3 @@ class NodeCache:
     def close(self) -> None:
         """Close this process's index connection."""
         self.index.close()
-
-
-def _check_ref(ref: ObjectRef) -> None:
-    if not _KEY.match(ref.sha256):
-        raise CacheError(
-            "cache key must be 64 lowercase hex digits", uri=ref.uri, key=ref.sha256[:80]
-        )
-    if ref.size < 0:
-        raise CacheError(f"negative object size {ref.size}", uri=ref.uri, key=ref.sha256)

@@ -2,7 +2,8 @@
 
 Both pickle a manifest path and a configuration (never the table): each worker re-opens the
 memory map, the cache index and its episode readers on first use. Batches are dicts of
-tensors (see :func:`collate_samples`).
+tensors (see :func:`collate_samples`); :class:`BatchStream` iterates a DataLoader and stops its
+workers as soon as iteration ends, even on an error.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 from .assemble import Item, SampleSource
 from .config import LoaderConfig
@@ -117,3 +119,51 @@ class ManifestIterableDataset(IterableDataset[Batch]):
         for start in range(worker * size, len(indices), workers * size):
             chunk = indices[start : start + size].tolist()
             yield collate_samples([self.source.read(i) for i in chunk])
+
+
+class BatchStream:
+    """Iterates ``loader`` and shuts its worker processes down as soon as iteration ends.
+
+    torch leaves the shutdown of a DataLoader's workers to its iterator's ``__del__``; when
+    the iterator ends up in a reference cycle (an error raised through it and kept, a frame
+    that holds it), the garbage collector runs that ``__del__`` only after it has finalized
+    the workers' queues, and the shutdown then waits 5 s per worker for a stop signal that
+    can no longer be sent. A stream stops the workers itself: on the first error (before
+    re-raising it), when the loader is exhausted, and on :meth:`close` or leaving its block::
+
+        with BatchStream(loader) as batches:
+            for batch in batches:
+                ...
+    """
+
+    def __init__(self, loader: DataLoader[Any]) -> None:
+        self._iterator: Iterator[Any] | None = iter(loader)
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> Any:
+        if self._iterator is None:
+            raise StopIteration
+        try:
+            return next(self._iterator)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the worker processes now (idempotent); the stream then yields nothing more."""
+        iterator, self._iterator = self._iterator, None
+        # torch's own shutdown (what the iterator's __del__ calls): sets the workers' done
+        # event, sends each its stop signal and joins it; a no-op once done.
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+
+    def __enter__(self) -> BatchStream:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -21,6 +21,13 @@ class LoaderError(Exception):
     """
 
     retryable_default = False
+    message = "loader error"
+    """Each instance sets its own; this class-level value makes torch's ``ExceptionWrapper``
+    re-raise a worker's error as ``cls(message=...)`` without binding it to a local name: the
+    other branch keeps the error in a frame of its own traceback, a reference cycle that leaves
+    the DataLoader iterator to the garbage collector, whose finalizers close the workers' index
+    queues before the iterator's ``__del__`` can send them the stop signal (a 2 x 5 s hang at
+    shutdown). See ``docs/loader.md``, "Worker errors and shutdown"."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Object-store access through fsspec URIs: ``file://`` (default), ``s3://``, ``alluxio://``.
+"""Object-store access through fsspec URIs: ``file://`` (default), ``s3://``, ``alluxiofs://``.
 
 A URI without a scheme is a local path. Filesystem instances are made lazily per process
 (fsspec's async filesystems such as s3fs do not survive a fork), and a store pickles as its
@@ -13,11 +13,18 @@ from contextlib import contextmanager
 from typing import Any, BinaryIO, cast
 
 import fsspec
+from fsspec.registry import known_implementations
 from fsspec.spec import AbstractFileSystem
 from fsspec.utils import get_protocol
 
 from .config import StoreConfig
 from .errors import ObjectNotFoundError, ObjectStoreError
+
+ALLUXIO = "alluxiofs"
+"""The scheme of the Alluxio cluster cache: the ``alluxiofs`` package's filesystem, which
+fsspec does not know by itself; it is registered here on first use (the package is optional)."""
+_ALLUXIO_CLASS = "alluxiofs.AlluxioFileSystem"
+_ALLUXIO_MISSING = "alluxiofs:// URIs need the alluxiofs package: pip install alluxiofs"
 
 
 class ObjectStore:
@@ -62,10 +69,19 @@ class ObjectStore:
         protocol = get_protocol(uri)
         fs = self._filesystems.get(protocol)
         if fs is None:
-            options = self.storage_options(protocol)
-            fs = fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+            fs = self._make_filesystem(protocol, uri)
             self._filesystems[protocol] = fs
         return fs, cast(str, fs._strip_protocol(uri))
+
+    def _make_filesystem(self, protocol: str, uri: str) -> AbstractFileSystem:
+        if protocol == ALLUXIO and ALLUXIO not in known_implementations:
+            fsspec.register_implementation(ALLUXIO, _ALLUXIO_CLASS, errtxt=_ALLUXIO_MISSING)
+        options = self.storage_options(protocol)
+        try:
+            return fsspec.filesystem(protocol, skip_instance_cache=True, **options)
+        except (ImportError, ValueError) as exc:  # unknown scheme, or its package is missing
+            message = f"cannot read {protocol}:// URIs: {exc}"
+            raise ObjectStoreError(message, uri=uri, retryable=False) from exc
 
     def size(self, uri: str) -> int:
         """Object size, bytes."""

@@ -1,29 +1,45 @@
 """What a running service holds: settings plus handles to the parts it talks to.
 
-Built once in ``create_app`` and reached by routes through ``api/deps.py``.
+Built once in ``create_app`` and reached by routes through ``api/deps.py``. Nothing connects
+until first use.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import psycopg
 
-from service.postgres import OPERATIONAL_DB, EmbeddedPostgres
+from service.curation.build import CurationLimits
 from service.settings import Settings
+from warehouse.base import Warehouse
+from warehouse.ducklake import DuckLakeWarehouse
 
 
 @dataclass
 class ServiceContext:
     settings: Settings
-
-    @property
-    def postgres(self) -> EmbeddedPostgres:
-        return EmbeddedPostgres(self.settings.paths)
-
-    def operational_dsn(self) -> str:
-        return self.postgres.dsn(OPERATIONAL_DB)
+    _warehouse: Warehouse | None = field(default=None, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
         """A new connection to the operational database; the caller closes it."""
-        return psycopg.connect(self.operational_dsn(), connect_timeout=5)
+        return psycopg.connect(self.settings.operational_dsn(), connect_timeout=5)
+
+    def warehouse(self) -> Warehouse:
+        """The warehouse, for reads only: the service never opens its writer."""
+        with self._lock:
+            if self._warehouse is None:
+                self._warehouse = DuckLakeWarehouse(self.settings.warehouse_config())
+            return self._warehouse
+
+    def curation_limits(self) -> CurationLimits:
+        section = self.settings.curation
+        return CurationLimits(timeout_s=section.timeout_s, max_rows=section.max_rows)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._warehouse is not None:
+                self._warehouse.close()
+                self._warehouse = None

@@ -55,6 +55,11 @@ class StatePaths:
         return self.root / "run"
 
     @property
+    def cdc_status(self) -> Path:
+        """The CDC follower's status document, rewritten at least once a second."""
+        return self.run / "cdc-status.json"
+
+    @property
     def stack_file(self) -> Path:
         return self.root / "stack.json"
 

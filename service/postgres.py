@@ -27,6 +27,9 @@ SYSTEM_USER = "pgserver"
 SUPERUSER = "postgres"
 OPERATIONAL_DB = "quarry"
 CATALOG_DB = "quarry_catalog"
+# The login the service's warehouse reader uses for the DuckLake catalog: SELECT only, no
+# superuser, so a query cannot reach server files through the catalog connection.
+READER_ROLE = "quarry_reader"
 
 # Written once into postgresql.conf by ``init``. Logical decoding needs wal_level=logical.
 _SERVER_CONF = """
@@ -64,9 +67,9 @@ class EmbeddedPostgres:
     def log_file(self) -> Path:
         return self.paths.pgdata / "server.log"
 
-    def dsn(self, dbname: str = OPERATIONAL_DB) -> str:
+    def dsn(self, dbname: str = OPERATIONAL_DB, user: str = SUPERUSER) -> str:
         """A libpq connection string over the Unix socket (trust auth on the local socket)."""
-        return f"host={self.paths.socket_dir} user={SUPERUSER} dbname={dbname}"
+        return f"host={self.paths.socket_dir} user={user} dbname={dbname}"
 
     def is_initialized(self) -> bool:
         return (self.paths.pgdata / "PG_VERSION").exists()
@@ -104,6 +107,7 @@ class EmbeddedPostgres:
         self.init()
         if self.is_running():
             return
+        self._hand_over(self.paths.pgdata)  # parents may have lost o+x since init
         socket_dir = self.paths.socket_dir
         socket_dir.mkdir(parents=True, exist_ok=True)
         self._hand_over(socket_dir)
@@ -134,6 +138,27 @@ class EmbeddedPostgres:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
             if exists.fetchone() is None:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def ensure_reader_role(self, database: str) -> None:
+        """A login that may only read ``database``'s tables, now and in the future."""
+        role, db = sql.Identifier(READER_ROLE), sql.Identifier(database)
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (READER_ROLE,))
+            if exists.fetchone() is None:
+                conn.execute(
+                    sql.SQL(
+                        "CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
+                    ).format(role)
+                )
+            conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, role))
+        with psycopg.connect(self.dsn(database), autocommit=True) as conn:
+            for statement in (
+                "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+                "GRANT USAGE ON SCHEMA public TO {}",
+                "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}",
+                "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {}",
+            ):
+                conn.execute(sql.SQL(statement).format(role))
 
     def _pg_ctl(self, args: list[str], *, check: bool) -> subprocess.CompletedProcess[str]:
         command = [str(_bin("pg_ctl")), "-D", str(self.paths.pgdata), *args]

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cdc.config import CdcConfig
 from service.paths import StatePaths
+from service.postgres import CATALOG_DB, OPERATIONAL_DB, READER_ROLE, EmbeddedPostgres
+from warehouse.config import WarehouseConfig
 
 SQL_ROOT = Path(__file__).resolve().parents[1] / "sql"
 
@@ -25,6 +28,22 @@ class ServiceConfig(BaseModel):
     start_timeout_s: float = Field(default=60.0, gt=0)
 
 
+class CurationConfig(BaseModel):
+    """Limits on one curation query (the engine enforces them, not only the guard)."""
+
+    timeout_s: float = Field(default=30.0, gt=0, description="seconds before interruption")
+    max_rows: int = Field(default=50_000_000, gt=0, description="rows a curation may return")
+    memory_limit: str = Field(default="2GB", description="DuckDB memory limit of the reader")
+
+
+class WarehouseSection(BaseModel):
+    """Where the warehouse is. Empty means the embedded DuckLake of the state folder."""
+
+    catalog_dsn: SecretStr | None = None
+    reader_catalog_dsn: SecretStr | None = None
+    data_path: Path | None = None
+
+
 class Settings(BaseSettings):
     """Settings for one Quarry control-plane process."""
 
@@ -35,7 +54,35 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".quarry")
     sql_dir: Path = SQL_ROOT
     service: ServiceConfig = ServiceConfig()
+    curation: CurationConfig = CurationConfig()
+    warehouse: WarehouseSection = WarehouseSection()
+    cdc: CdcConfig = CdcConfig()
+    source_dsn: SecretStr | None = Field(
+        default=None, description="operational Postgres; empty means the embedded one"
+    )
 
     @property
     def paths(self) -> StatePaths:
         return StatePaths.at(self.state_dir)
+
+    def operational_dsn(self) -> str:
+        if self.source_dsn is not None:
+            return self.source_dsn.get_secret_value()
+        return EmbeddedPostgres(self.paths).dsn(OPERATIONAL_DB)
+
+    def warehouse_config(self) -> WarehouseConfig:
+        """The warehouse section, with the embedded defaults filled in."""
+        embedded = EmbeddedPostgres(self.paths)
+        section = self.warehouse
+        catalog = section.catalog_dsn or SecretStr(embedded.dsn(CATALOG_DB))
+        reader = section.reader_catalog_dsn
+        if reader is None and section.catalog_dsn is None:
+            reader = SecretStr(embedded.dsn(CATALOG_DB, user=READER_ROLE))
+        return WarehouseConfig(
+            catalog_dsn=catalog,
+            reader_catalog_dsn=reader,
+            data_path=section.data_path or self.paths.warehouse,
+            query_timeout_s=self.curation.timeout_s,
+            max_rows=self.curation.max_rows,
+            reader_memory_limit=self.curation.memory_limit,
+        )

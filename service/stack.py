@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ import httpx
 import psycopg
 from filelock import FileLock
 
+from cdc.status import read_status
 from service import processes
 from service.errors import StackError
 from service.migrations import apply_migrations
@@ -23,8 +25,14 @@ from service.processes import Daemon
 from service.server import url_file
 from service.settings import Settings
 from service.tokens import ensure_admin_token
+from warehouse.ducklake import DuckLakeWarehouse
 
 T = TypeVar("T")
+
+# Started in this order by ``up``, stopped in reverse by ``down``.
+DAEMONS = ("cdc", "service")
+# The follower rewrites its status at least once a second; older than this means stuck or dead.
+STALE_STATUS_S = 10.0
 
 
 @dataclass
@@ -67,17 +75,20 @@ class Stack:
         self.paths.ensure()
         with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
             self._start_postgres()
+            self._bootstrap_warehouse()
             record = self._read_record()
-            record["service"] = self._ensure_daemon("service", record.get("service"))
+            for name in DAEMONS:
+                record[name] = self._ensure_daemon(name, record.get(name))
             self._write_record(record)
             self._wait_for_service(record["service"]["pid"])
+            self._wait_for_cdc(record["cdc"]["pid"])
         return self.status()
 
     def down(self) -> None:
         """Stop the service, then Postgres. Idempotent; keeps every byte of state."""
         with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
             record = self._read_record()
-            for name in ("service",):
+            for name in reversed(DAEMONS):
                 processes.terminate((record.get(name) or {}).get("pid"), self._marker())
             url_file(self.settings).unlink(missing_ok=True)
             self.postgres.stop()
@@ -88,6 +99,7 @@ class Stack:
         url = self._service_url()
         parts = {
             "postgres": self._postgres_status(),
+            "cdc": self._cdc_status((record.get("cdc") or {}).get("pid")),
             "service": self._service_status((record.get("service") or {}).get("pid"), url),
         }
         return StackStatus(str(self.paths.root), url, parts)
@@ -102,8 +114,15 @@ class Stack:
         with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), autocommit=True) as conn:
             ensure_admin_token(conn, self.paths.admin_token)
 
+    def _bootstrap_warehouse(self) -> None:
+        """Create or upgrade the lake's tables and views, then let the reader role read the
+        catalog (DuckLake creates its catalog tables on first attach)."""
+        with DuckLakeWarehouse(self.settings.warehouse_config()) as warehouse:
+            warehouse.bootstrap()
+        self.postgres.ensure_reader_role(CATALOG_DB)
+
     def _daemon(self, name: str) -> Daemon:
-        args = {"service": ("serve",)}[name]
+        args = {"service": ("serve",), "cdc": ("cdc", "follow")}[name]
         return Daemon(
             name, (*args, "--state-dir", str(self.paths.root)), self.paths.logs / f"{name}.log"
         )
@@ -134,6 +153,46 @@ class Stack:
 
         url = _wait_for(probe(self._service_url), timeout, "the service to bind its port", log)
         _wait_for(probe(lambda: _ready(url)), timeout, "the service to become ready", log)
+
+    def _wait_for_cdc(self, pid: int) -> None:
+        """Wait until the follower has taken its snapshot and streams."""
+        log = self.paths.logs / "cdc.log"
+
+        def streaming() -> bool | None:
+            if not processes.is_alive(pid, self._marker()):
+                raise StackError(
+                    f"the CDC follower exited while starting:\n{_tail(log)}",
+                    part="cdc",
+                    log=str(log),
+                )
+            current = read_status(self.paths.cdc_status)
+            return (
+                current is not None and current.pid == pid and current.state == "streaming"
+            ) or None
+
+        _wait_for(
+            streaming, self.settings.service.start_timeout_s, "the CDC follower to stream", log
+        )
+
+    def _cdc_status(self, pid: int | None) -> PartStatus:
+        current = read_status(self.paths.cdc_status)
+        if not processes.is_alive(pid, self._marker()) or current is None:
+            return PartStatus(False, {"error": "not running"})
+        age = time.time() - datetime.fromisoformat(current.updated_at).timestamp()
+        detail = {
+            "pid": pid,
+            "state": current.state,
+            "lag_s": current.lag_s,
+            "position_lsn": current.position_lsn,
+            "snapshot_id": current.snapshot_id,
+            "rows_per_s": current.rows_per_s,
+            "last_error": current.last_error,
+            "status_age_s": round(age, 3),
+        }
+        healthy = current.state == "streaming" and age < STALE_STATUS_S
+        if not healthy:
+            detail["error"] = current.last_error or f"state {current.state}, {age:.0f} s old"
+        return PartStatus(healthy, detail)
 
     def _service_url(self) -> str | None:
         path = url_file(self.settings)

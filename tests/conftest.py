@@ -2,5 +2,6 @@
 
 pytest_plugins = [
     "tests.fixtures.postgres",
+    "tests.fixtures.warehouse",
     "tests.fixtures.stack",
 ]

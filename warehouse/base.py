@@ -16,6 +16,7 @@ from types import TracebackType
 import pyarrow as pa
 
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
+from warehouse.mirror import MirrorTable
 
 #: The relations a curation may read (the curation guard's allow-list).
 CURATION_VIEWS: tuple[str, ...] = (
@@ -32,11 +33,13 @@ CURATION_VIEWS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class MaintenanceReport:
-    """What one maintenance run did: snapshots expired and kept for manifests; seconds."""
+    """What one maintenance run did: snapshots expired and kept for manifests, tombstones
+    purged; how long it took, in seconds."""
 
     expired: tuple[int, ...]
     protected: tuple[int, ...]
     seconds: float
+    purged: int = 0
 
 
 class Warehouse(ABC):
@@ -49,6 +52,10 @@ class Warehouse(ABC):
     @abstractmethod
     def mirrored_tables(self) -> dict[str, tuple[str, ...]]:
         """Each mirrored table's name and key columns."""
+
+    @abstractmethod
+    def describe_tables(self) -> dict[str, MirrorTable]:
+        """Each mirrored table's source columns with their warehouse types, and its key."""
 
     @abstractmethod
     def ensure_table(self, spec: TableSpec) -> bool:
@@ -64,10 +71,20 @@ class Warehouse(ABC):
 
     @abstractmethod
     def apply_snapshot(
-        self, tables: Sequence[str], chunks: Iterable[SnapshotChunk], position: Position
+        self,
+        tables: Sequence[str],
+        chunks: Iterable[SnapshotChunk],
+        position: Position,
+        *,
+        version_lsn: int | None = None,
     ) -> int:
-        """Load the initial snapshot of ``tables`` (rows as of ``position.snapshot_lsn``) in
-        one commit, tombstoning rows of those tables that the snapshot no longer holds."""
+        """Load a snapshot of ``tables`` (rows as of ``version_lsn``, default
+        ``position.snapshot_lsn``) in one commit that also records ``position``, tombstoning
+        older rows of those tables that the snapshot does not hold."""
+
+    @abstractmethod
+    def unloaded_tables(self) -> list[str]:
+        """Mirrored tables whose pre-existing rows no snapshot has loaded (to backfill)."""
 
     @abstractmethod
     def position(self, *, at: int | None = None) -> Position | None:

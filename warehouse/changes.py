@@ -14,9 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from warehouse.rows import TextRows
 
 
 class Op(StrEnum):
@@ -169,14 +172,18 @@ def parse_lsn(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ChangeBatch:
-    """Whole transactions' events, in commit order, and the position they reach.
+    """Whole transactions' changes, in commit order, and the position they reach.
 
-    An empty ``events`` with a position is a heartbeat: it only moves the position.
+    Changes come as Debezium-envelope ``events`` (typed values: the Debezium endpoint, tests)
+    and/or as ``tables`` of text rows already folded per key (the follower's fast path); one
+    table's changes use one of the two. No changes with a position is a heartbeat: it only
+    moves the position.
     """
 
     events: Sequence[ChangeEvent]
     position: Position
     commit_ts: datetime | None = None  # Postgres commit time of the last transaction
+    tables: Sequence[TextRows] = ()
 
     @property
     def first_commit_ts(self) -> datetime | None:

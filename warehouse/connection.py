@@ -86,3 +86,34 @@ def lock_down(con: duckdb.DuckDBPyConnection, config: WarehouseConfig) -> None:
     con.execute(f"SET allowed_directories = [{data_path}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
+
+
+# Errors that a reconnect (or the catalog coming back) can cure: the catalog server went away,
+# a write conflicted, or DuckDB invalidated the instance after an internal error.
+_TRANSIENT_KINDS = (
+    duckdb.FatalException,
+    duckdb.InternalException,
+    duckdb.IOException,
+    duckdb.ConnectionException,
+    duckdb.TransactionException,
+    duckdb.InterruptException,
+)
+# What DuckDB's Postgres scanner reports, under various error classes, when the catalog
+# server is gone or restarting.
+_TRANSIENT_TEXT = (
+    "connect",
+    "server closed the connection",
+    "terminating connection",
+    "shutting down",
+    "unsuccessful query result",
+    "database has been invalidated",
+)
+
+
+def is_transient(error: duckdb.Error) -> bool:
+    """Whether the same statement may succeed after reconnecting (catalog unavailable, write
+    conflict, an invalidated instance) rather than failing again (bad SQL, types, schema)."""
+    if isinstance(error, _TRANSIENT_KINDS):
+        return True
+    text = str(error).lower()
+    return any(marker in text for marker in _TRANSIENT_TEXT)

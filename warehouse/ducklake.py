@@ -12,52 +12,28 @@ import contextlib
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 from warehouse.base import MaintenanceReport, Warehouse
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import WarehouseConfig
-from warehouse.connection import attach_lake, new_database
+from warehouse.connection import attach_lake, is_transient, new_database
 from warehouse.ddl import SQL_ROOT, pending, sql_files
 from warehouse.errors import SchemaError, WarehouseError, WarehouseUnavailableError
-from warehouse.maintenance import maintain_lake
+from warehouse.maintenance import MAINTENANCE_AUTHOR, maintain_lake
+from warehouse.mirror import MirrorTable, apply_rows, insert_rows, snapshot_rows
 from warehouse.reader import LakeReader
-from warehouse.staging import KEEP, TableStage, stage_events, stage_to_arrow
-from warehouse.statements import (
-    STAGE,
-    ident,
-    literal,
-    merge_statement,
-    stale_rows_statement,
-    table_ref,
-    truncate_statement,
-)
+from warehouse.staging import stage_events, stage_to_arrow
+from warehouse.statements import ident, literal, stale_rows_statement, table_ref
 from warehouse.types import duckdb_type
 from warehouse.versions import last_change, view_tables
 
 MIRROR = "mirror"
 META = "quarry_meta"
 _META_COLUMNS = ("_lsn", "_seq", "_deleted")
-_TERMINAL = (
-    duckdb.BinderException,
-    duckdb.ParserException,
-    duckdb.ConversionException,
-    duckdb.CatalogException,
-    duckdb.ConstraintException,
-    duckdb.InvalidInputException,
-)
-
-
-@dataclass(frozen=True)
-class MirrorTable:
-    name: str
-    columns: tuple[tuple[str, str], ...]  # (name, DuckDB type), source columns only
-    key: tuple[str, ...]
 
 
 class DuckLakeWarehouse(Warehouse):
@@ -103,14 +79,25 @@ class DuckLakeWarehouse(Warehouse):
                 con.execute("COMMIT")
             except duckdb.Error as error:
                 self._drop_writer()
-                retryable = not isinstance(error, _TERMINAL)
-                kind = WarehouseUnavailableError if retryable else WarehouseError
-                raise kind(
-                    f"{what} failed: {error}", retryable=retryable, alias=self._config.alias
-                ) from error
+                raise self._failure(what, error) from error
             except BaseException:
                 self._drop_writer()
                 raise
+
+    def _failure(self, what: str, error: duckdb.Error) -> WarehouseError:
+        retryable = is_transient(error)
+        kind = WarehouseUnavailableError if retryable else WarehouseError
+        return kind(f"{what} failed: {error}", retryable=retryable, alias=self._config.alias)
+
+    @contextmanager
+    def _writer_use(self, what: str) -> Iterator[duckdb.DuckDBPyConnection]:
+        """The writer connection outside a transaction, with its errors classified."""
+        with self._lock:
+            try:
+                yield self._writer_connection()
+            except duckdb.Error as error:
+                self._drop_writer()
+                raise self._failure(what, error) from error
 
     def _drop_writer(self) -> None:
         """Forget the writer connection; the next write reconnects, which also recovers from a
@@ -168,14 +155,28 @@ class DuckLakeWarehouse(Warehouse):
             }
         return self._tables
 
+    def unloaded_tables(self) -> list[str]:
+        """Mirrored tables whose pre-existing rows no snapshot has loaded yet (tables the
+        stream created after the initial snapshot)."""
+        rows = self._reader.fetch(
+            f"SELECT table_name FROM {META}.mirror_tables WHERE loaded_lsn IS NULL "
+            "ORDER BY table_name"
+        )
+        return [str(r[0]) for r in rows]
+
     def mirrored_tables(self) -> dict[str, tuple[str, ...]]:
-        with self._lock:
-            tables = self._mirror_tables(self._writer_connection())
+        with self._writer_use("reading the mirrored tables") as con:
+            tables = self._mirror_tables(con)
             return {name: table.key for name, table in tables.items()}
+
+    def describe_tables(self) -> dict[str, MirrorTable]:
+        with self._writer_use("reading the mirrored tables") as con:
+            return dict(self._mirror_tables(con))
 
     def ensure_table(self, spec: TableSpec) -> bool:
         with self._lock:
-            known = self._mirror_tables(self._writer_connection()).get(spec.name)
+            with self._writer_use("reading the mirrored tables") as con:
+                known = self._mirror_tables(con).get(spec.name)
             if known is not None:
                 have = {name for name, _ in known.columns}
                 missing = [c for c in spec.columns if c.name not in have]
@@ -205,7 +206,8 @@ class DuckLakeWarehouse(Warehouse):
         columns += ["_lsn UBIGINT", "_seq INTEGER", "_deleted BOOLEAN"]
         con.execute(f"CREATE TABLE {target} ({', '.join(columns)})")
         con.execute(
-            f"INSERT INTO {META}.mirror_tables VALUES ($1, $2)", [spec.name, list(spec.key)]
+            f"INSERT INTO {META}.mirror_tables (table_name, key_columns) VALUES ($1, $2)",
+            [spec.name, list(spec.key)],
         )
 
     def apply(self, batch: ChangeBatch) -> int:
@@ -214,48 +216,69 @@ class DuckLakeWarehouse(Warehouse):
                 tables = self._mirror_tables(con)
                 stages = stage_events(batch.events, {n: t.key for n, t in tables.items()})
                 for name, stage in stages.items():
-                    self._apply_stage(con, tables[name], stage)
-                self._write_position(con, batch.position, f"cdc batch: {len(batch.events)} changes")
+                    table = self._known(tables, name)
+                    staged = stage_to_arrow(stage, table.columns, table.key)
+                    apply_rows(con, self._target(name), table, staged, stage.truncated_at)
+                for rows in batch.tables:
+                    if rows.table in stages:
+                        raise SchemaError(
+                            f"a batch changes {rows.table!r} both as events and as text rows",
+                            table=rows.table,
+                        )
+                    table = self._known(tables, rows.table)
+                    staged = rows.to_arrow(table.column_names)
+                    apply_rows(con, self._target(rows.table), table, staged, rows.truncated_at)
+                changes = len(batch.events) + sum(rows.changes for rows in batch.tables)
+                self._write_position(con, batch.position, f"cdc batch: {changes} changes")
             return self._last_snapshot()
 
-    def _apply_stage(
-        self, con: duckdb.DuckDBPyConnection, table: MirrorTable, stage: TableStage
-    ) -> None:
-        target = table_ref(self._config.alias, MIRROR, table.name)
-        if stage.truncated_at is not None:
-            con.execute(truncate_statement(target), list(stage.truncated_at))
-        if stage.rows:
-            self._merge(con, target, table, stage_to_arrow(stage, table.columns, table.key))
+    def _target(self, table: str) -> str:
+        return table_ref(self._config.alias, MIRROR, table)
 
-    def _merge(
-        self, con: duckdb.DuckDBPyConnection, target: str, table: MirrorTable, staged: pa.Table
-    ) -> None:
-        columns = [(n, t) for n, t in table.columns if n in staged.schema.names]
-        con.register(STAGE, staged)
-        try:
-            con.execute(merge_statement(target, columns, table.key, staged.schema))
-        finally:
-            con.unregister(STAGE)
+    @staticmethod
+    def _known(tables: dict[str, MirrorTable], name: str) -> MirrorTable:
+        table = tables.get(name)
+        if table is None:
+            raise SchemaError(
+                f"change for table {name!r}, which the warehouse does not mirror", table=name
+            )
+        return table
 
     def apply_snapshot(
-        self, tables: Sequence[str], chunks: Iterable[SnapshotChunk], position: Position
+        self,
+        tables: Sequence[str],
+        chunks: Iterable[SnapshotChunk],
+        position: Position,
+        *,
+        version_lsn: int | None = None,
     ) -> int:
-        lsn = position.snapshot_lsn
+        """Load snapshot rows of ``tables`` in one commit, versioned ``(version_lsn, 0)``
+        (default: ``position.snapshot_lsn``); tombstone the older rows the snapshot lacks;
+        record ``position`` and that the tables are loaded."""
+        lsn = position.snapshot_lsn if version_lsn is None else version_lsn
         with self._lock:
-            with self._transaction("loading the initial snapshot") as con:
+            with self._transaction("loading a snapshot") as con:
                 known = self._mirror_tables(con)
+                empty = {name for name in tables if self._is_empty(con, name)}
                 for chunk in chunks:
-                    if chunk.table not in known:
-                        raise SchemaError(
-                            f"snapshot of unknown table {chunk.table!r}", table=chunk.table
-                        )
-                    target = table_ref(self._config.alias, MIRROR, chunk.table)
-                    self._merge(con, target, known[chunk.table], _snapshot_rows(chunk.rows, lsn))
+                    table = self._known(known, chunk.table)
+                    staged = snapshot_rows(chunk.rows, lsn)
+                    if chunk.table in empty:  # nothing stored: no versions to compare
+                        insert_rows(con, self._target(chunk.table), table, staged)
+                    else:
+                        apply_rows(con, self._target(chunk.table), table, staged)
                 for name in tables:
-                    target = table_ref(self._config.alias, MIRROR, name)
-                    con.execute(stale_rows_statement(target), [lsn])
-                self._write_position(con, position, f"initial snapshot of {len(tables)} tables")
+                    con.execute(stale_rows_statement(self._target(name)), [lsn])
+                con.execute(
+                    f"UPDATE {META}.mirror_tables SET loaded_lsn = $1 "
+                    "WHERE list_contains($2, table_name)",
+                    [lsn, list(tables)],
+                )
+                self._write_position(con, position, f"snapshot of {len(tables)} tables at {lsn}")
             return self._last_snapshot()
+
+    def _is_empty(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
+        return con.execute(f"SELECT 1 FROM {self._target(name)} LIMIT 1").fetchone() is None
 
     def _write_position(
         self, con: duckdb.DuckDBPyConnection, position: Position, message: str
@@ -269,8 +292,7 @@ class DuckLakeWarehouse(Warehouse):
         )
 
     def _last_snapshot(self) -> int:
-        with self._lock:
-            con = self._writer_connection()
+        with self._writer_use("reading the last snapshot") as con:
             row = con.execute(
                 f"SELECT id FROM {ident(self._config.alias)}.last_committed_snapshot()"
             ).fetchone()
@@ -279,23 +301,17 @@ class DuckLakeWarehouse(Warehouse):
         return int(row[0])
 
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
-        """Flush inlined rows, merge small files, expire snapshots older than
-        ``config.snapshot_retain_s`` that no manifest references; see
-        :mod:`warehouse.maintenance`."""
-        with self._lock:
-            con = self._writer_connection()
-            try:
-                return maintain_lake(
-                    con,
-                    self._config.alias,
-                    retain_s=self._config.snapshot_retain_s,
-                    protect=protect,
-                )
-            except duckdb.Error as error:
-                self._drop_writer()
-                raise WarehouseUnavailableError(
-                    f"warehouse maintenance failed: {error}", alias=self._config.alias
-                ) from error
+        """Purge old tombstones, flush inlined rows, merge small files, rewrite mostly-deleted
+        files, expire snapshots older than ``config.snapshot_retain_s`` that no manifest
+        references; see :mod:`warehouse.maintenance`."""
+        with self._writer_use("warehouse maintenance") as con:
+            return maintain_lake(
+                con,
+                self._config.alias,
+                list(self._mirror_tables(con)),
+                retain_s=self._config.snapshot_retain_s,
+                protect=protect,
+            )
 
     # -- reader --------------------------------------------------------------------------
 
@@ -328,7 +344,9 @@ class DuckLakeWarehouse(Warehouse):
             )
         ]
         snapshots = self._reader.fetch(
-            f"SELECT snapshot_id, changes FROM {alias}.snapshots() WHERE snapshot_id <= $1", [at]
+            f"SELECT snapshot_id, changes FROM {alias}.snapshots() WHERE snapshot_id <= $1 "
+            "AND author IS DISTINCT FROM $2",
+            [at, MAINTENANCE_AUTHOR],
         )
         found = last_change([(int(s), dict(c or {})) for s, c in snapshots], ids)
         return at if found is None else found
@@ -360,13 +378,3 @@ class DuckLakeWarehouse(Warehouse):
         with self._lock:
             self._drop_writer()
         self._reader.close()
-
-
-def _snapshot_rows(rows: pa.Table, lsn: int) -> pa.Table:
-    n = rows.num_rows
-    return (
-        rows.append_column("_lsn", pa.array(np.full(n, lsn, np.uint64)))
-        .append_column("_seq", pa.array(np.zeros(n, np.int32)))
-        .append_column("_deleted", pa.array(np.zeros(n, np.bool_)))
-        .append_column(KEEP, pa.nulls(n, pa.list_(pa.string())))
-    )

@@ -13,7 +13,7 @@ import duckdb
 import pyarrow as pa
 
 from warehouse.config import WarehouseConfig
-from warehouse.connection import attach_lake, lock_down, new_database
+from warehouse.connection import attach_lake, is_transient, lock_down, new_database
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseUnavailableError
 from warehouse.pinning import prepare_query
 from warehouse.statements import ident
@@ -36,6 +36,12 @@ class LakeReader:
                 try:
                     attach_lake(db, self._config, read_only=True)
                     lock_down(db, self._config)
+                except duckdb.Error as error:
+                    db.close()
+                    raise WarehouseUnavailableError(
+                        f"cannot open the warehouse reader: {error}",
+                        retryable=is_transient(error),
+                    ) from error
                 except BaseException:
                     db.close()
                     raise
@@ -117,7 +123,7 @@ class LakeReader:
         return pa.Table.from_batches(batches, schema=reader.schema)
 
     def _reset_if_broken(self, error: duckdb.Error) -> None:
-        if isinstance(error, duckdb.IOException | duckdb.ConnectionException):
+        if is_transient(error):
             self.close()
 
     def close(self) -> None:

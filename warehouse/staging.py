@@ -1,8 +1,9 @@
 """Collapse a batch of change events into one staged row per key, as Arrow tables.
 
-Applying a staged row is a single MERGE per table: a row's last change in the batch wins,
-deletes become tombstones, and the columns a change did not carry (unchanged TOAST values, a
-delete's non-key columns) are listed in ``_keep`` so that the stored value survives.
+Applying the staged rows is one delete and one insert per table (:mod:`warehouse.mirror`): a
+row's last change in the batch wins, deletes become tombstones (the key and the version;
+other columns null), and the columns an insert or update did not carry (unchanged TOAST
+values) are listed in ``_keep`` so that the stored value survives.
 """
 
 from __future__ import annotations
@@ -56,8 +57,9 @@ def stage_events(
 def _stage_one(stage: TableStage, event: ChangeEvent, key: tuple[str, ...]) -> None:
     version = event.source.version
     if event.op is Op.TRUNCATE:
-        stage.rows.clear()
-        stage.truncated_at = version
+        if stage.truncated_at is None or version > stage.truncated_at:
+            stage.rows = {k: r for k, r in stage.rows.items() if r.version > version}
+            stage.truncated_at = version
         return
     if event.op is Op.DELETE:
         _put(
@@ -91,6 +93,8 @@ def _put(
     *,
     deleted: bool,
 ) -> None:
+    if stage.truncated_at is not None and version < stage.truncated_at:
+        return  # a re-delivered change from before the batch's truncate
     current = stage.rows.get(key)
     if current is not None and current.version > version:
         return  # the batch already holds a newer change for this key
@@ -129,7 +133,10 @@ def stage_to_arrow(
     keyed = set(key)
     arrays[KEEP] = pa.array(
         [
-            [name for name, _ in columns if name not in keyed and name not in row.values]
+            None
+            if row.deleted
+            else [name for name, _ in columns if name not in keyed and name not in row.values]
+            or None
             for row in rows
         ],
         pa.list_(pa.string()),

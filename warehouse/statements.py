@@ -15,6 +15,7 @@ from warehouse.staging import KEEP
 from warehouse.types import is_list
 
 STAGE = "_quarry_stage"
+KEPT = "_quarry_kept"
 
 
 def ident(name: str) -> str:
@@ -40,31 +41,81 @@ def _source(name: str, duck_type: str, staged: pa.DataType) -> str:
     return f"CAST({column} AS {duck_type})"
 
 
-def merge_statement(
+def _newer(stage: str = "b", stored: str = "t") -> str:
+    return (
+        f"({stage}._lsn > {stored}._lsn OR "
+        f"({stage}._lsn = {stored}._lsn AND {stage}._seq > {stored}._seq))"
+    )
+
+
+def _key_match(sources: dict[str, str], key: Sequence[str], stored: str = "t") -> str:
+    return " AND ".join(f"{stored}.{ident(k)} = {sources[k]}" for k in key)
+
+
+def _sources(columns: Sequence[tuple[str, str]], staged: pa.Schema) -> dict[str, str]:
+    return {name: _source(name, duck_type, staged.field(name).type) for name, duck_type in columns}
+
+
+def delete_statement(
     target: str, columns: Sequence[tuple[str, str]], key: Sequence[str], staged: pa.Schema
 ) -> str:
-    """MERGE the staging table into ``target``: a row is replaced only by a newer
-    ``(_lsn, _seq)``; columns named in ``_keep`` keep their stored value."""
-    sources = {
-        name: _source(name, duck_type, staged.field(name).type) for name, duck_type in columns
-    }
-    on = " AND ".join(f"t.{ident(k)} = {sources[k]}" for k in key)
-    keyed = set(key)
-    updates = [
-        f"{ident(name)} = CASE WHEN list_contains(b.{KEEP}, {literal(name)}) "
-        f"THEN t.{ident(name)} ELSE {sources[name]} END"
-        for name, _ in columns
-        if name not in keyed
-    ]
-    updates += [f"{ident(m)} = b.{ident(m)}" for m in ("_lsn", "_seq", "_deleted")]
-    names = [name for name, _ in columns] + ["_lsn", "_seq", "_deleted"]
-    values = [sources[name] for name, _ in columns] + ["b._lsn", "b._seq", "b._deleted"]
+    """Delete the stored rows that a staged row replaces (its version is newer); the scan of
+    ``target`` reads only the key and version columns."""
+    sources = _sources([c for c in columns if c[0] in key], staged)
     return (
-        f"MERGE INTO {target} AS t USING {STAGE} AS b ON {on} "
-        "WHEN MATCHED AND (b._lsn > t._lsn OR (b._lsn = t._lsn AND b._seq > t._seq)) "
-        f"THEN UPDATE SET {', '.join(updates)} "
-        f"WHEN NOT MATCHED THEN INSERT ({', '.join(ident(n) for n in names)}) "
-        f"VALUES ({', '.join(values)})"
+        f"DELETE FROM {target} AS t USING {STAGE} AS b "
+        f"WHERE {_key_match(sources, key)} AND {_newer()}"
+    )
+
+
+def insert_statement(
+    target: str,
+    columns: Sequence[tuple[str, str]],
+    key: Sequence[str],
+    staged: pa.Schema,
+    *,
+    kept: bool,
+    guard: bool = True,
+) -> str:
+    """Insert the staged rows whose key is not stored any more (after
+    :func:`delete_statement`, a stored row left means a newer or equal version: it wins).
+
+    With ``kept``, columns named in a row's ``_keep`` take the value saved in the ``KEPT``
+    relation (the stored row before the delete). Without ``guard``, every staged row is
+    inserted (a load into a table that holds none of the keys)."""
+    sources = _sources(columns, staged)
+    keyed = set(key)
+    values = []
+    for name, _ in columns:
+        value = sources[name]
+        if kept and name not in keyed:
+            value = (
+                f"CASE WHEN list_contains(b.{KEEP}, {literal(name)}) "
+                f"THEN k.{ident(name)} ELSE {value} END"
+            )
+        values.append(value)
+    names = [name for name, _ in columns] + ["_lsn", "_seq", "_deleted"]
+    values += ["b._lsn", "b._seq", "b._deleted"]
+    join = f" LEFT JOIN {KEPT} AS k ON {_key_match(sources, key, 'k')}" if kept else ""
+    where = (
+        f" WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {_key_match(sources, key)})"
+        if guard
+        else ""
+    )
+    return (
+        f"INSERT INTO {target} ({', '.join(ident(n) for n in names)}) "
+        f"SELECT {', '.join(values)} FROM {STAGE} AS b{join}{where}"
+    )
+
+
+def kept_statement(
+    target: str, columns: Sequence[tuple[str, str]], key: Sequence[str], staged: pa.Schema
+) -> str:
+    """The stored rows whose values some staged row keeps (``_keep`` not empty)."""
+    sources = _sources([c for c in columns if c[0] in key], staged)
+    return (
+        f"SELECT t.* FROM {target} AS t WHERE EXISTS (SELECT 1 FROM {STAGE} AS b "
+        f"WHERE len(b.{KEEP}) > 0 AND {_key_match(sources, key)} AND {_newer()})"
     )
 
 

@@ -39,6 +39,12 @@ class CheckedQuery:
         return self.tree.sql(dialect=dialect, comments=False)
 
     @property
+    def relations(self) -> frozenset[str]:
+        """The curation views the query reads (CTE names excluded)."""
+        ctes = _cte_names(self.tree)
+        return frozenset(t.name.lower() for t in self.tree.find_all(exp.Table)) - ctes
+
+    @property
     def normalized(self) -> str:
         """The canonical text of the curation (DuckDB dialect), used in reuse keys."""
         return self.tree.sql(dialect="duckdb", normalize=True, comments=False)

@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from cdc.batch import PendingBatch
 from cdc.config import CdcConfig
 from cdc.errors import PreflightError, SlotDroppedError
 from cdc.follower import follow
@@ -21,12 +22,12 @@ from cdc.stream import ChangeStream
 from tests.cdc.conftest import (
     assert_mirrored,
     caught_up,
+    current_lsn,
     insert_episodes,
     running,
     seed,
     wait_until,
 )
-from warehouse.changes import ChangeBatch, Position
 from warehouse.ducklake import DuckLakeWarehouse
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -153,22 +154,23 @@ def test_crash_between_warehouse_commit_and_slot_advance(
         wait_until(caught_up(pg_conn, warehouse, follower))
     ids = insert_episodes(pg_conn, 4)
     pg_conn.execute("UPDATE episodes SET steps = 5 WHERE id = %s", (ids[0],))
-    # Do what the follower does, but "crash" before advancing the slot.
-    stream = ChangeStream(pg_dsn, cdc_config)
+    # Do what the follower does, but "crash" before confirming the slot.
+    stream = ChangeStream(pg_dsn, cdc_config, warehouse)
     before = warehouse.position()
     assert before is not None
-    poll = stream.poll(before.lsn)
-    last = poll.transactions[-1]
-    events = [e for tx in poll.transactions for e in tx.events]
-    batch = ChangeBatch(
-        events,
-        Position(
-            lsn=last.end_lsn,
-            snapshot_lsn=before.snapshot_lsn,
-            slot=cdc_config.slot,
-            commit_lsn=last.commit_lsn,
-        ),
-    )
+    stream.start(before.lsn)
+    target = current_lsn(pg_conn)
+    pending = PendingBatch()
+    while not pending or pending.commits[-1].end_lsn < target:
+        more = stream.take(5.0)
+        assert more is not None, "the stream delivered nothing"
+        for name, rows in more.tables.items():
+            assert name not in pending.tables
+            pending.tables[name] = rows
+        pending.commits += more.commits
+        pending.changes += more.changes
+    batch = pending.change_batch(before)
+    assert pending.changes == 4 * 4 + 1
     warehouse.apply(batch)
     mirrored = warehouse.query_arrow("SELECT * FROM mirror.episodes ORDER BY id").to_pylist()
     warehouse.apply(batch)  # a replayed batch changes nothing (LSN guard)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cdc.errors import DecodeError
 from cdc.pgoutput import (
     Begin,
-    ColumnValue,
+    BinaryValue,
     Commit,
     Delete,
     Insert,
@@ -41,10 +41,15 @@ def _s(text: str) -> bytes:
 def _tuple(data: TupleData) -> bytes:
     out = struct.pack(">h", len(data))
     for value in data:
-        out += value.kind.value
-        if value.kind in (TupleKind.TEXT, TupleKind.BINARY):
-            assert value.data is not None
-            out += struct.pack(">i", len(value.data)) + value.data
+        if value is None:
+            out += TupleKind.NULL.value
+        elif value is TupleKind.UNCHANGED_TOAST:
+            out += TupleKind.UNCHANGED_TOAST.value
+        elif isinstance(value, BinaryValue):
+            out += TupleKind.BINARY.value + struct.pack(">i", len(value.data)) + value.data
+        else:
+            assert isinstance(value, bytes)
+            out += TupleKind.TEXT.value + struct.pack(">i", len(value)) + value
     return out
 
 
@@ -99,11 +104,10 @@ names = st.text(
     st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=20
 )
 values = st.one_of(
-    st.just(ColumnValue(TupleKind.NULL)),
-    st.just(ColumnValue(TupleKind.UNCHANGED_TOAST)),
-    st.builds(
-        ColumnValue, st.sampled_from([TupleKind.TEXT, TupleKind.BINARY]), st.binary(max_size=64)
-    ),
+    st.none(),
+    st.just(TupleKind.UNCHANGED_TOAST),
+    st.binary(max_size=64),
+    st.builds(BinaryValue, st.binary(max_size=64)),
 )
 tuples = st.lists(values, max_size=8).map(tuple)
 columns = st.builds(RelationColumn, st.booleans(), names, oids, st.integers(-(2**31), 2**31 - 1))

@@ -106,7 +106,29 @@ def test_anchor_outside_the_episode(container: Path, episode: EpisodeData, shift
     anchor = episode.start_ns - 1 if shift else episode.end_ns
     with EpisodeReader(container) as reader, pytest.raises(RangeError) as caught:
         reader.read_sample(anchor, SPEC)
-    assert caught.value.file == str(container)
+    assert caught.value.file == str(container) and str(anchor) in caught.value.message
+
+
+@pytest.mark.parametrize("where", ["before", "after", "empty"])
+def test_time_range_outside_the_episode(container: Path, episode: EpisodeData, where: str) -> None:
+    start, end = episode.start_ns, episode.end_ns
+    bounds = {"before": (start - 10**9, start), "after": (end, end + 10**9), "empty": (end, start)}
+    with EpisodeReader(container) as reader, pytest.raises(RangeError) as caught:
+        reader.read_vectors("/state/gripper", *bounds[where])
+    error = caught.value
+    assert (error.file, error.topic) == (str(container), "/state/gripper")
+    assert str(start) in error.message and str(end) in error.message
+
+
+def test_time_range_reads_only_its_chunks(container: Path, episode: EpisodeData) -> None:
+    lo, hi = episode.start_ns + 2 * 10**9, episode.start_ns + 3 * 10**9
+    with EpisodeReader(container) as reader:
+        times, values = reader.read_vectors("/action", lo, hi)
+        assert reader.chunk_reads == 1  # window 1's state chunk
+    want = episode.vector("actions")
+    inside = (want.timestamps_ns >= lo) & (want.timestamps_ns < hi)
+    assert times.tolist() == want.timestamps_ns[inside].tolist()
+    assert values.shape == (int(inside.sum()), 7)
 
 
 def test_unknown_topic(container: Path) -> None:

@@ -221,3 +221,28 @@ def test_manifest_is_downloaded_once_per_node(episode_set, cache_config) -> None
     lease.release()
     with pytest.raises(LoaderError):
         fetch_manifest(NodeCache(config), uri, "../etc")
+
+
+def _warm(config: CacheConfig, refs: list[ObjectRef], barrier, results) -> None:
+    barrier.wait()
+    report = warm_cache(NodeCache(config), refs, threads=2, progress=False)
+    results.put((report.fetched, report.already_local, report.bytes_fetched, report.failed))
+
+
+def test_two_warm_ups_of_the_same_objects_download_each_once(objects, cache_config) -> None:
+    refs = [objects.local(f"{i}.mcap", 1 * MiB, seed=i) for i in range(4)]
+    config = cache_config()
+    barrier, results = FORK.Barrier(2), FORK.Queue()
+    warmers = [FORK.Process(target=_warm, args=(config, refs, barrier, results)) for _ in range(2)]
+    for warmer in warmers:
+        warmer.start()
+    reports = [results.get(timeout=60) for _ in warmers]
+    for warmer in warmers:
+        warmer.join(timeout=30)
+        assert warmer.exitcode == 0
+    assert all(failed == {} for *_, failed in reports)
+    assert sum(fetched for fetched, *_ in reports) == 4  # one download per object
+    assert sum(fetched + local for fetched, local, *_ in reports) == 8
+    assert sum(size for _, _, size, _ in reports) == 4 * MiB
+    status = NodeCache(config).status()
+    assert (status.metrics.fills, status.objects, status.pinned) == (4, 4, 0)

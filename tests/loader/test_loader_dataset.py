@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
+import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from loader.config import CacheConfig, LoaderConfig
 from loader.dataset import (
+    BatchStream,
     ManifestDataset,
     ManifestIterableDataset,
     batch_positions,
@@ -118,7 +122,13 @@ def test_iterable_batches_arrive_in_sampler_order_and_resume(episode_set, tmp_pa
     assert got == expected
 
 
-def test_fail_policy_raises_through_workers(episode_set, tmp_path: Path) -> None:
+def new_children(before: set[int]) -> list[psutil.Process]:
+    """This process's children that were not in ``before`` (the DataLoader's workers)."""
+    return [p for p in psutil.Process().children() if p.pid not in before]
+
+
+def fail_loader(episode_set, tmp_path: Path) -> tuple[DataLoader, list[int]]:
+    """Two workers over four samples whose second batch holds a sample of the bad episode."""
     dataset = ManifestDataset(episode_set.with_bad, config(tmp_path))
     manifest = open_manifest(episode_set.with_bad)
     bad_sample = manifest.row(manifest.num_rows - 1).sample_offset
@@ -127,15 +137,81 @@ def test_fail_policy_raises_through_workers(episode_set, tmp_path: Path) -> None
     loader = DataLoader(
         dataset, batch_size=2, sampler=order, num_workers=2, collate_fn=collate_samples
     )
+    return loader, order
+
+
+def test_fail_policy_raises_through_workers(episode_set, tmp_path: Path) -> None:
+    loader, order = fail_loader(episode_set, tmp_path)
+    before = {p.pid for p in psutil.Process().children()}
     batches = iter(loader)
+    workers = new_children(before)
+    assert len(workers) == 2
     assert next(batches)["sample_index"].tolist() == order[:2]
     with pytest.raises(BadEpisodeError, match="bad-episode"):
         next(batches)
+    started = time.monotonic()
     del batches
+    gc.collect()  # the iterator must not be left to the collector (2 x 5 s join timeout)
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    assert not alive and time.monotonic() - started < 3
     with pytest.raises(BadEpisodeError) as caught:
-        dataset[bad_sample]
+        loader.dataset[order[-1]]
     copy = pickle.loads(pickle.dumps(caught.value))
     assert copy.episode_id == "bad-episode" and copy.uri.endswith("bad.mcap")
+
+
+def test_batch_stream_stops_workers_at_the_first_error(episode_set, tmp_path: Path) -> None:
+    loader, order = fail_loader(episode_set, tmp_path)
+    before = {p.pid for p in psutil.Process().children()}
+    kept: list[BaseException] = []
+    with BatchStream(loader) as stream:
+        workers = new_children(before)
+        assert next(stream)["sample_index"].tolist() == order[:2]
+        try:
+            next(stream)
+        except BadEpisodeError as exc:
+            kept.append(exc)  # held on purpose: its traceback holds the torch iterator
+    _, alive = psutil.wait_procs(workers, timeout=3)
+    assert not alive and len(kept) == 1
+    assert list(stream) == []
+
+
+def test_batch_stream_stops_workers_when_left_early(episode_set, tmp_path: Path) -> None:
+    dataset = ManifestDataset(episode_set.good, config(tmp_path))
+    loader = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=collate_samples)
+    before = {p.pid for p in psutil.Process().children()}
+    with BatchStream(loader) as stream:
+        workers = new_children(before)
+        for _ in stream:
+            break
+    _, alive = psutil.wait_procs(workers, timeout=3)
+    assert not alive
+
+
+class _Draws(Dataset[int]):
+    """Item ``i`` is a draw from numpy's global generator in the worker that reads it."""
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, index: int) -> int:
+        return int(np.random.randint(2**31))
+
+
+def test_seed_worker_gives_each_worker_its_own_reproducible_seed() -> None:
+    def draws() -> list[int]:
+        loader = DataLoader(
+            _Draws(),
+            batch_size=1,
+            num_workers=2,
+            worker_init_fn=seed_worker,
+            generator=torch.Generator().manual_seed(11),
+        )
+        return [int(batch) for batch in loader]
+
+    first = draws()
+    assert first == draws()  # same base seed, same draws
+    assert first[0] != first[1]  # items 0 and 1 come from different workers
 
 
 def test_skip_policy_counts_bad_samples(episode_set, tmp_path: Path) -> None:

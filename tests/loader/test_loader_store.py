@@ -68,3 +68,16 @@ def test_bad_range_and_error_pickle() -> None:
         ObjectStore().read_range("/nonexistent", -1, 5)
     copy = pickle.loads(pickle.dumps(caught.value))
     assert isinstance(copy, LoaderError) and copy.uri == "/nonexistent" and copy.retryable
+
+
+@pytest.mark.parametrize(
+    ("uri", "says"),
+    [
+        ("alluxiofs://bucket/episode.mcap", "pip install alluxiofs"),
+        ("nosuch://bucket/episode.mcap", "nosuch"),
+    ],
+)
+def test_unusable_schemes_fail_clearly(uri: str, says: str) -> None:
+    with pytest.raises(ObjectStoreError, match=says) as caught:
+        ObjectStore().size(uri)
+    assert caught.value.uri == uri and not caught.value.retryable

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import pickle
 from pathlib import Path
 
@@ -103,3 +105,58 @@ def test_unsupported_version_is_refused(make_table, meta, out_dir: Path) -> None
     path = build_manifest(make_table([1]), newer, out_dir).path
     with pytest.raises(ManifestFormatError, match="version"):
         open_manifest(path)
+
+
+def _touch_every_page(manifest) -> int:
+    """Read one byte of every page of every column buffer; return the bytes covered."""
+    covered = 0
+    for b in range(manifest.num_batches):
+        for column in manifest.batch(b).columns:
+            for buffer in column.buffers():
+                if buffer is not None and buffer.size:
+                    int(np.frombuffer(buffer, dtype=np.uint8)[::4096].sum())
+                    covered += buffer.size
+    return covered
+
+
+def _mapping_kib(pid: int, path: str) -> tuple[int, int]:
+    """(Rss, Pss) of process ``pid``'s mappings of file ``path``, KiB (from its smaps)."""
+    totals = {"Rss:": 0, "Pss:": 0}
+    inside = False
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if not line[:1].isupper():  # a mapping's header line: address range, ..., pathname
+            inside = fields[-1] == path
+        elif inside and fields[0] in totals:
+            totals[fields[0]] += int(fields[1])
+    return totals["Rss:"], totals["Pss:"]
+
+
+def _map_and_hold(path: str, ready, release) -> None:
+    manifest = open_manifest(path)
+    _touch_every_page(manifest)
+    ready.put(os.getpid())
+    release.wait(60)
+
+
+def test_ranks_mapping_one_manifest_share_one_copy(make_table, meta, out_dir: Path) -> None:
+    info = build_manifest(make_table([3] * 60_000, extra=False), meta, out_dir)
+    size_kib = info.size_bytes / 1024
+    context = multiprocessing.get_context("fork")
+    ready, release = context.Queue(), context.Event()
+    ranks = [
+        context.Process(target=_map_and_hold, args=(str(info.path), ready, release))
+        for _ in range(4)
+    ]
+    for rank in ranks:
+        rank.start()
+    try:
+        pids = [ready.get(timeout=60) for _ in ranks]
+        # PSS splits each shared page among the processes that map it; read while all hold it.
+        usage = [_mapping_kib(pid, str(info.path)) for pid in pids]
+    finally:
+        release.set()
+        for rank in ranks:
+            rank.join(timeout=30)
+    assert all(rss > 0.95 * size_kib for rss, _ in usage)  # every rank has every page
+    assert 0.95 * size_kib < sum(pss for _, pss in usage) < 1.05 * size_kib  # one copy of them

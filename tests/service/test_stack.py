@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
 from pathlib import Path
 
@@ -10,17 +12,17 @@ import psycopg
 
 from service.paths import StatePaths
 from service.postgres import EmbeddedPostgres
+from service.stack import Stack
 from tests.fixtures.stack import run_json, run_quarry
 
 
-def test_up_status_down_up_keeps_state(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def test_up_status_down_up_keeps_state(state: Path) -> None:
     try:
         up = run_json(state, "up")
         assert up["healthy"] and up["service_url"].startswith("http://127.0.0.1:")
         status = run_json(state, "status")
         assert status["healthy"]
-        assert set(status["parts"]) >= {"postgres", "service"}
+        assert set(status["parts"]) == {"postgres", "cdc", "service"}
         assert httpx.get(status["service_url"] + "/healthz").json() == {"status": "ok"}
 
         dsn = EmbeddedPostgres(StatePaths.at(state)).dsn()
@@ -44,8 +46,7 @@ def test_up_status_down_up_keeps_state(tmp_path: Path) -> None:
         run_quarry(state, "down", check=False)
 
 
-def test_up_twice_is_idempotent(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def test_up_twice_is_idempotent(state: Path) -> None:
     try:
         first = run_json(state, "up")
         second = run_json(state, "up")
@@ -54,5 +55,24 @@ def test_up_twice_is_idempotent(tmp_path: Path) -> None:
         run_quarry(state, "down", check=False)
 
 
-def test_down_without_up_is_harmless(tmp_path: Path) -> None:
-    assert run_quarry(tmp_path / "never", "down").returncode == 0
+def test_down_without_up_is_harmless(state: Path) -> None:
+    assert run_quarry(state, "down").returncode == 0
+
+
+def test_status_reports_cdc_lag(stack: Stack) -> None:
+    cdc = stack.status().parts["cdc"]
+    assert cdc.healthy
+    assert cdc.detail["state"] == "streaming"
+    assert cdc.detail["lag_s"] is None or cdc.detail["lag_s"] >= 0
+
+
+def test_killed_service_is_restarted_by_up(state: Path) -> None:
+    try:
+        first = run_json(state, "up")
+        os.kill(first["parts"]["service"]["pid"], signal.SIGKILL)
+        assert run_quarry(state, "status", "--json", check=False).returncode == 3
+        again = run_json(state, "up")
+        assert again["healthy"]
+        assert again["parts"]["service"]["pid"] != first["parts"]["service"]["pid"]
+    finally:
+        run_quarry(state, "down", check=False)

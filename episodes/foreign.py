@@ -1,0 +1,198 @@
+"""Foreign recordings: MCAP files written by other tools, rewritten into Quarry containers.
+
+``ingest_mcap`` is what ``quarry ingest mcap`` runs. For each file it:
+
+1. hashes it; the episode id is UUIDv5 of the SHA-256, so a file ingested twice is skipped;
+2. scans every record (any chunking; CRCs checked), refusing a truncated or corrupt file
+   with a :class:`~episodes.errors.ContainerError` naming the file and byte offset;
+3. picks the topics (:mod:`episodes._plan`, :mod:`episodes.mapping`) and decodes them: ROS 2
+   ``sensor_msgs/msg/CompressedImage``/``Image``/``JointState`` (CDR, decoded with
+   mcap-ros2-support) and Foxglove's JSON ``foxglove.CompressedImage``/``RawImage``;
+   any numeric field of other topics through the mapping;
+4. keeps every message at its recorded time: nothing is resampled at ingest (the sample
+   reader resamples onto the control grid at read time). Each message's time is its own
+   stamp (``header.stamp``, Foxglove ``timestamp``) where it has a non-zero one, else its log
+   time (``timestamps = "log"`` always uses log time). Camera frames are sorted by time;
+   vector samples keep their recorded order, so QC still sees time going backwards;
+5. records nominal rates: the mapping's ``rate_hz``, else ``1 / median interval``; camera
+   rates are then rounded to a multiple of ``1 / W`` (a window must hold whole frame
+   periods), vector rates to 0.1 Hz; the measured rates go into the episode's ``extra``;
+6. writes the Quarry container (grouped topics, H.264 with the pinned encoder settings),
+   computes QC flags and statistics from it, and registers it like a synthetic episode.
+   Frames that fail to decode in the source are left out and raise ``decode_failure``.
+
+The episode spans ``[first message, last message]`` extended to a whole number of control
+periods. Stamps: the mapping's (or the CLI's), else ``SCHEMA_VERSION``, ``PIPELINE_VERSION``
+and ``"unknown"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from tqdm import tqdm
+
+from ._plan import Planned, plan_topics
+from ._scan import scan_file
+from ._streams import Streams, read_streams
+from .episode import ACTIONS, PIPELINE_VERSION, SCHEMA_VERSION, EpisodeData, Stamps
+from .errors import InputError, SourceError
+from .ingest import IngestResult, existing_result, register, store_episode
+from .mapping import Mapping
+from .quality import DECODE_FAILURE, QualityReport
+from .registry import registered_ids
+from .writer import WriteOptions
+
+_NAMESPACE = uuid.UUID("0d4b7c1e-52a9-4f0e-8c36-9b7d2f5a1e64")
+#: Longest episode accepted, seconds (a longer span means mixed clocks: see ``timestamps``).
+MAX_EPISODE_S = 24 * 3600.0
+
+
+@dataclass
+class ForeignEpisode:
+    """A foreign recording read into memory: the episode and what could not be decoded.
+
+    ``source_failures`` maps a container topic to the number of its frames left out.
+    """
+
+    episode: EpisodeData
+    source_failures: dict[str, int] = field(default_factory=dict)
+
+
+def recording_id(sha256: str) -> str:
+    """The episode UUID of a recording, from its SHA-256 (hex)."""
+    return str(uuid.uuid5(_NAMESPACE, f"quarry-mcap/{sha256}"))
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while block := stream.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def ingest_mcap(
+    conn: psycopg.Connection[Any],
+    objects_root: Path,
+    paths: Sequence[Path],
+    *,
+    robot: str | None = None,
+    task: str | None = None,
+    mapping: Mapping | None = None,
+    progress: bool = False,
+) -> list[IngestResult]:
+    """Ingest foreign MCAP recordings (module docstring); one result per path, in order.
+
+    ``robot`` and ``task`` override the mapping's. The first bad file raises its
+    :class:`~episodes.errors.EpisodeError`; files before it stay registered (one transaction
+    per episode), so a re-run after fixing it skips them.
+    """
+    base = (mapping or Mapping()).with_overrides(robot=robot, task=task)
+    return [
+        ingest_recording(conn, objects_root, Path(path), base)
+        for path in tqdm(paths, disable=not progress, unit="file")
+    ]
+
+
+def ingest_recording(
+    conn: psycopg.Connection[Any], objects_root: Path, path: Path, mapping: Mapping
+) -> IngestResult:
+    """Ingest one recording; an already registered one is reported with ``created=False``."""
+    _check_identity(mapping, path)
+    if not path.is_file():
+        raise SourceError("no such recording file", file=str(path), retryable=False)
+    digest = file_sha256(path)
+    episode_id = recording_id(digest)
+    if registered_ids(conn, [episode_id]):
+        return existing_result(conn, episode_id)
+    foreign = read_recording(path, mapping, sha256=digest)
+    prepared = store_episode(foreign.episode, objects_root, WriteOptions(window_s=mapping.window_s))
+    add_source_failures(prepared.quality, foreign.source_failures)
+    return register(conn, prepared)
+
+
+def read_recording(path: Path, mapping: Mapping, *, sha256: str | None = None) -> ForeignEpisode:
+    """Scan, check and decode a recording into an :class:`EpisodeData` (not yet written)."""
+    _check_identity(mapping, path)
+    digest = sha256 or file_sha256(path)
+    rec = scan_file(path)
+    planned = plan_topics(rec, mapping)
+    streams = read_streams(rec, planned, mapping)
+    return ForeignEpisode(_episode(path, digest, mapping, planned, streams), streams.failures)
+
+
+def add_source_failures(quality: QualityReport, failures: dict[str, int]) -> None:
+    """Raise ``decode_failure`` for frames left out because they did not decode in the source."""
+    failed = {topic: count for topic, count in failures.items() if count}
+    for topic, count in sorted(failed.items()):
+        quality.raise_flag(DECODE_FAILURE, {"topic": topic, "frames": count, "stage": "source"})
+    quality.report["source_decode_failures"] = failed
+    quality.report["flags"] = quality.flag_names
+
+
+def _check_identity(mapping: Mapping, path: Path) -> None:
+    for key in ("robot", "task"):
+        if not getattr(mapping, key):
+            raise InputError(
+                f"no {key} given: pass --{key} or set {key} in the mapping", file=str(path)
+            )
+
+
+def _episode(
+    path: Path, digest: str, mapping: Mapping, planned: list[Planned], streams: Streams
+) -> EpisodeData:
+    times = [c.timestamps_ns for c in streams.cameras] + [v.timestamps_ns for v in streams.vectors]
+    start = min(int(t.min()) for t in times)
+    last = max(int(t.max()) for t in times)
+    if (last - start) / 1e9 > MAX_EPISODE_S:
+        raise InputError(
+            f"messages span {(last - start) / 3.6e12:.1f} h: mixed clocks? "
+            "set timestamps = 'log' in the mapping",
+            file=str(path),
+        )
+    control_hz = mapping.control_hz or next(v.rate_hz for v in streams.vectors if v.kind == ACTIONS)
+    period = round(1e9 / control_hz)
+    end = start + ((last - start) // period + 1) * period
+    assert mapping.robot is not None and mapping.task is not None  # _check_identity
+    extra = {
+        "source": str(path.resolve()),
+        "source_sha256": digest,
+        "source_profile": streams.profile,
+        "source_topics": json.dumps({p.topic: p.source for p in planned}, sort_keys=True),
+        "measured_rates_hz": json.dumps(streams.measured_hz, sort_keys=True),
+    }
+    return EpisodeData(
+        episode_id=recording_id(digest),
+        robot_id=mapping.robot,
+        robot_model=mapping.robot_model or mapping.robot,
+        task_id=mapping.task,
+        task_description=mapping.task_description,
+        site=mapping.site,
+        operator=mapping.operator,
+        start_ns=start,
+        end_ns=end,
+        control_hz=float(control_hz),
+        success=mapping.success,
+        cameras=streams.cameras,
+        vectors=streams.vectors,
+        stamps=stamps_of(mapping),
+        extra=extra,
+    )
+
+
+def stamps_of(mapping: Mapping) -> Stamps:
+    """The mapping's stamps, with this package's versions and ``"unknown"`` as defaults."""
+    return Stamps(
+        schema_version=mapping.schema_version or SCHEMA_VERSION,
+        pipeline_version=mapping.pipeline_version or PIPELINE_VERSION,
+        robot_sw_version=mapping.robot_sw_version or "unknown",
+    )

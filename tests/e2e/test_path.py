@@ -1,0 +1,62 @@
+"""The whole path, as a user runs it: recordings in, CDC, a curation, a training run out."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from manifests.manifest import open_manifest
+from service.stack import Stack
+from tests.fixtures.stack import CORPUS_EPISODES, run_json, run_quarry
+
+
+def test_curate_then_train_through_the_cli(corpus: Stack) -> None:
+    state = corpus.paths.root
+    curation = run_json(state, "curate", "--sql", "SELECT * FROM episodes")
+    assert curation["rows"] == CORPUS_EPISODES and curation["samples"] > 0
+
+    result = run_json(
+        state,
+        "train",
+        "--manifest",
+        curation["manifest_id"],
+        "--steps",
+        "6",
+        "--nproc-per-node",
+        "2",
+        "--set",
+        "data.num_workers=0",
+    )
+    summary = result["summary"]
+    assert result["exit_code"] == 0
+    assert summary["world_size"] == 2 and summary["steps"] == 6
+    assert math.isfinite(summary["last_loss"])
+    assert summary["cache"]["hits"] > 0
+    checkpoints = Path(summary["checkpoints"]["path"])
+    assert any(checkpoints.iterdir()), "a torch.distributed.checkpoint was written"
+    # Every rank memory-mapped the one node-local copy the trainer fetched.
+    local = state / "manifests" / f"{curation['manifest_id']}.arrow"
+    assert open_manifest(local).verify() == curation["manifest_id"]
+
+
+def test_train_on_unknown_manifest_fails_clearly(corpus: Stack) -> None:
+    result = run_quarry(
+        corpus.paths.root, "train", "--manifest", "f" * 64, "--steps", "1", "--json", check=False
+    )
+    assert result.returncode != 0
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(state: Path) -> None:
+    try:
+        report = run_json(state, "demo", "--episodes", "4", "--steps", "6")
+        assert report["episodes"] == 4
+        assert report["manifest_rows"] >= 1
+        assert report["training"]["exit_code"] == 0
+        summary = report["training"]["summary"]
+        assert summary["steps"] == 6
+        assert report["cdc_lag_s"] is not None
+    finally:
+        run_quarry(state, "down", check=False)
