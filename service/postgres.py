@@ -15,6 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import psycopg
 from psycopg import sql
 
@@ -75,10 +76,15 @@ class EmbeddedPostgres:
         return (self.paths.pgdata / "PG_VERSION").exists()
 
     def is_running(self) -> bool:
-        if not self.is_initialized():
+        """Whether the postmaster named in ``postmaster.pid`` is alive. Read directly rather
+        than through ``pg_ctl status``, which runs as the system user and fails whenever a
+        parent folder of the data directory has lost its o+x bit."""
+        try:
+            first_line = (self.paths.pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+            process = psutil.Process(int(first_line))
+            return process.status() != psutil.STATUS_ZOMBIE and "postgres" in process.name()
+        except (OSError, ValueError, psutil.Error):
             return False
-        result = self._pg_ctl(["status"], check=False)
-        return result.returncode == 0
 
     def init(self) -> None:
         """Create the data directory with ``initdb`` (idempotent)."""

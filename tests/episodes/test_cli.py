@@ -16,6 +16,7 @@ import pytest
 
 from service.postgres import OPERATIONAL_DB, EmbeddedPostgres
 from service.settings import Settings
+from tests.fixtures.postgres import private_folder
 from tests.fixtures.stack import run_json, run_quarry
 
 from .foreign_files import (
@@ -28,13 +29,14 @@ from .foreign_files import (
 
 
 @pytest.fixture(scope="module")
-def state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    state = tmp_path_factory.mktemp("cli") / "state"
-    try:
-        assert run_json(state, "up")["healthy"]
-        yield state
-    finally:
-        run_quarry(state, "down", check=False)
+def state() -> Iterator[Path]:
+    with private_folder("quarry-test-cli-") as folder:
+        state = folder / "state"
+        try:
+            assert run_json(state, "up")["healthy"]
+            yield state
+        finally:
+            run_quarry(state, "down", check=False)
 
 
 @pytest.fixture(scope="module")
