@@ -136,7 +136,7 @@ def wait_caught_up(
 def run_load(dsn: str, rate: int, seconds: float, ids: list[str]) -> dict[str, Any]:
     """Paced transactions of SHAPE['rows_per_tx'] rows until ``seconds`` have passed."""
     rng = random.Random(SHAPE["seed"])
-    per_tx = SHAPE["rows_per_tx"]
+    per_tx = int(SHAPE["rows_per_tx"])
     updates = round(per_tx * SHAPE["update_fraction"])
     interval = per_tx / rate
     done = changes = 0
@@ -276,13 +276,26 @@ def main() -> None:
     params["maintenance_s"] = args.maintenance_s
     root = Path(tempfile.mkdtemp(prefix="quarry-bench-cdc-"))
     server, dsn, lake = start_stack(root)
-    follower = None
-    load_before = os.getloadavg()
     try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(_SEED_SQL.replace("%s", str(int(params["snapshot_episodes"]))))
-            ids = [str(i) for (i,) in conn.execute("SELECT id FROM episodes")]
-        follower = start_follower(dsn, lake, root, args.maintenance_s)
+        print(json.dumps(measure(args, params, root, dsn, lake)))
+    finally:
+        server.stop()
+        if args.keep:
+            print(f"kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def measure(
+    args: argparse.Namespace, params: dict[str, Any], root: Path, dsn: str, lake: WarehouseConfig
+) -> dict[str, Any]:
+    """Seed, snapshot, load, catch up, compare; the benchmark's JSON document."""
+    load_before = os.getloadavg()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(_SEED_SQL.replace("%s", str(int(params["snapshot_episodes"]))))
+        ids = [str(i) for (i,) in conn.execute("SELECT id FROM episodes")]
+    follower = start_follower(dsn, lake, root, args.maintenance_s)
+    try:
         wait_caught_up(dsn, lake, 600, follower)
         status = read_status(root / "cdc.json")
         while status is None or status.state != "streaming":  # written just after the commit
@@ -298,29 +311,22 @@ def main() -> None:
         probed = probe.stop() if probe is not None else {}
         follower.terminate()  # finishes (and logs) the batch in flight first
         follower.wait(60)
-        lost, duplicated = compare(dsn, lake)
-        extra = {
-            "catch_up_s": round(catch_up_s, 3),
-            "snapshot_rows": status.snapshot_rows,
-            "snapshot_s": status.snapshot_s,
-            "rows_lost": lost,
-            "rows_duplicated": duplicated,
-            "follower_cpu_s": round(
-                (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system), 1
-            ),
-            "cpus": os.cpu_count(),
-            "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-            **probed,
-        }
-        print(json.dumps(report(params, load, batch_figures(root), extra)))
     finally:
-        if follower is not None and follower.poll() is None:
+        if follower.poll() is None:
             follower.kill()
-        server.stop()
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+    lost, duplicated = compare(dsn, lake)
+    extra = {
+        "catch_up_s": round(catch_up_s, 3),
+        "snapshot_rows": status.snapshot_rows,
+        "snapshot_s": status.snapshot_s,
+        "rows_lost": lost,
+        "rows_duplicated": duplicated,
+        "follower_cpu_s": round(sum(cpu_after[:2]) - sum(cpu_before[:2]), 1),
+        "cpus": os.cpu_count(),
+        "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+        **probed,
+    }
+    return report(params, load, batch_figures(root), extra)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-changes", type=int, default=50_000)
     parser.add_argument("--heartbeat-s", type=float, default=10.0)
     parser.add_argument("--maintenance-s", type=float, default=300.0)
+    parser.add_argument("--flush-s", type=float, default=10.0)
     parser.add_argument(
         "--lag-log", type=Path, help="append each batch's per-transaction lags (JSON lines)"
     )
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         max_changes_per_batch=args.max_changes,
         heartbeat_interval_s=args.heartbeat_s,
         maintenance_interval_s=args.maintenance_s,
+        flush_interval_s=args.flush_s,
         resnapshot=args.resnapshot,
     )
     lake_config = WarehouseConfig(catalog_dsn=SecretStr(args.catalog_dsn), data_path=args.data_path)

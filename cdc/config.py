@@ -37,7 +37,14 @@ class CdcConfig(BaseModel):
     maintenance_interval_s: float = Field(
         default=300.0,
         gt=0,
-        description="run warehouse maintenance between batches at most this often",
+        description="run full warehouse maintenance (purge tombstones, compact, expire "
+        "snapshots) between batches at most this often",
+    )
+    flush_interval_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="flush rows and deletes the lake keeps inlined in its catalog to data "
+        "files this often (a short step between batches; keeps a batch's cost flat)",
     )
     snapshot_batch_bytes: int = Field(
         default=8 << 20, ge=1 << 16, description="CSV bytes per snapshot chunk"

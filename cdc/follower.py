@@ -78,7 +78,7 @@ class Follower:
         self._last_status = self._last_slot_read = 0.0
         self._written_batches = 0
         self._last_progress = time.monotonic()
-        self._last_maintenance = time.monotonic()
+        self._last_maintenance = self._last_flush = time.monotonic()
 
     @property
     def _status(self) -> FollowerStatus:
@@ -168,6 +168,9 @@ class Follower:
             self._status.backfilled_rows += self._backfill.run(self._position)
         if time.monotonic() - self._last_maintenance >= self._config.maintenance_interval_s:
             self._maintain()
+        elif time.monotonic() - self._last_flush >= self._config.flush_interval_s:
+            self._warehouse.flush_inlined()
+            self._last_flush = time.monotonic()
         self._write_status()
 
     def _maintain(self) -> None:

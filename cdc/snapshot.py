@@ -85,6 +85,8 @@ def _load(
     with _SnapshotReaders(dsn, exported.snapshot_name, config.snapshot_workers) as readers:
         tables = publication_tables(readers.main, config.publication)
         tables = [t for t in tables if only is None or t[0].name in only]
+        if only is not None and not tables:  # none of them is published any more
+            return SnapshotReport(position, warehouse.current_snapshot(), 0, 0.0)
         for spec, _, _ in tables:
             warehouse.ensure_table(spec)
         parts = _plan(readers.main, tables, config.snapshot_split_pages, config.snapshot_workers)

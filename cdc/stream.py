@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -32,6 +33,7 @@ from warehouse.rows import Layout
 
 HEARTBEAT_PREFIX = "quarry_heartbeat"
 _READ_TIMEOUT_S = 0.05
+_RELEASE_WAIT_S = 5.0
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,21 @@ class ChangeStream:
             self._reader.confirm(lsn)
 
     def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.stop()
-            self._reader = None
+        """Stop streaming; waits (up to a few seconds) until the server has released the
+        slot, so that a restart or ``pg_drop_replication_slot`` does not find it busy."""
+        if self._reader is None:
+            return
+        self._reader.stop()
+        self._reader = None
+        deadline = time.monotonic() + _RELEASE_WAIT_S
+        try:
+            while time.monotonic() < deadline:
+                state = self.state()
+                if state is None or not state.active:
+                    return
+                time.sleep(0.02)
+        except SourceUnavailableError:
+            return  # the server is gone: nothing holds the slot
 
     def state(self) -> SlotState | None:
         return self._call(lambda conn: slot_state(conn, self._config.slot))

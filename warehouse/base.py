@@ -117,6 +117,11 @@ class Warehouse(ABC):
         in ``protect``, nor the latest)."""
 
     @abstractmethod
+    def flush_inlined(self) -> float:
+        """Write rows and deletes kept in the catalog (inlined) out to data files; cheap and
+        meant to run often between CDC batches. Returns seconds taken."""
+
+    @abstractmethod
     def close(self) -> None:
         """Release connections (idempotent)."""
 

@@ -32,7 +32,12 @@ class WarehouseConfig(BaseModel):
     max_rows: int | None = Field(default=None, gt=0, description="row cap of a read query")
     reader_memory_limit: str = "2GB"
     reader_threads: int = Field(default=2, ge=1)
-    writer_threads: int = Field(default=2, ge=1)
+    writer_threads: int = Field(
+        default=1,
+        ge=1,
+        description="DuckDB threads of the writer; CDC batches are small, and one thread "
+        "applies them with the least CPU on a busy machine",
+    )
     snapshot_retain_s: float = Field(
         default=3600.0,
         ge=0,
@@ -43,4 +48,12 @@ class WarehouseConfig(BaseModel):
         ge=0,
         description="inserts of at most this many rows stay in the catalog until maintenance "
         "flushes them to Parquet; keeps small CDC commits cheap",
+    )
+    rewrite_delete_threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        description="maintenance rewrites a data file once this fraction of its rows is "
+        "deleted (CDC updates delete rows everywhere; DuckLake only merges files without "
+        "deletes), so the file count stays bounded",
     )

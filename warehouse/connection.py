@@ -52,6 +52,7 @@ def new_database(threads: int, memory_limit: str | None = None) -> duckdb.DuckDB
     for name in _EXTENSIONS:
         con.execute(f"INSTALL {literal(str(extension_file(name)))}")
         con.execute(f"LOAD {name}")
+    con.execute("SET parquet_metadata_cache = true")  # lake files never change once written
     return con
 
 

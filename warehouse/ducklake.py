@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,12 +22,13 @@ from warehouse.base import MaintenanceReport, Warehouse
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import WarehouseConfig
 from warehouse.connection import attach_lake, is_transient, new_database
-from warehouse.ddl import SQL_ROOT, pending, sql_files
+from warehouse.ddl import SQL_ROOT, apply_sql_files
 from warehouse.errors import SchemaError, WarehouseError, WarehouseUnavailableError
 from warehouse.maintenance import MAINTENANCE_AUTHOR, maintain_lake
 from warehouse.mirror import MirrorTable, apply_rows, insert_rows, snapshot_rows
 from warehouse.reader import LakeReader
-from warehouse.staging import stage_events, stage_to_arrow
+from warehouse.rows import TextRows
+from warehouse.staging import TableStage, stage_events, stage_to_arrow
 from warehouse.statements import ident, literal, stale_rows_statement, table_ref
 from warehouse.types import duckdb_type
 from warehouse.versions import last_change, view_tables
@@ -113,33 +115,18 @@ class DuckLakeWarehouse(Warehouse):
 
     def bootstrap(self) -> None:
         with self._transaction("bootstrap") as con:
-            con.execute(f"CREATE SCHEMA IF NOT EXISTS {META}")
-            con.execute(
-                f"CREATE TABLE IF NOT EXISTS {META}.applied_sql "
-                "(name VARCHAR, sha256 VARCHAR, applied_at TIMESTAMPTZ)"
-            )
-            rows = con.execute(f"SELECT name, sha256 FROM {META}.applied_sql").fetchall()
-            todo = pending(sql_files(self._sql_dir), {str(n): str(d) for n, d in rows})
-            for item in todo:
-                con.execute(item.text)
-                con.execute(f"DELETE FROM {META}.applied_sql WHERE name = $1", [item.name])
-                con.execute(
-                    f"INSERT INTO {META}.applied_sql VALUES ($1, $2, now())",
-                    [item.name, item.sha256],
-                )
-            if todo:
-                names = ", ".join(item.name for item in todo)
-                con.execute(
-                    f"CALL {ident(self._config.alias)}.set_commit_message("
-                    f"'quarry', {literal('warehouse bootstrap: ' + names)})"
-                )
+            apply_sql_files(con, self._sql_dir, META, self._config.alias)
         self._tables = None
 
     def _mirror_tables(self, con: duckdb.DuckDBPyConnection) -> dict[str, MirrorTable]:
         if self._tables is None:
-            keys = dict(
-                con.execute(f"SELECT table_name, key_columns FROM {META}.mirror_tables").fetchall()
-            )
+            registered = {
+                str(name): (tuple(key), None if lsn is None else (int(lsn), int(seq or 0)))
+                for name, key, lsn, seq in con.execute(
+                    "SELECT table_name, key_columns, truncated_lsn, truncated_seq "
+                    f"FROM {META}.mirror_tables"
+                ).fetchall()
+            }
             columns: dict[str, list[tuple[str, str]]] = {}
             for table, column, duck_type in con.execute(
                 "SELECT table_name, column_name, data_type FROM duckdb_columns() "
@@ -149,8 +136,8 @@ class DuckLakeWarehouse(Warehouse):
                 if column not in _META_COLUMNS:
                     columns.setdefault(table, []).append((column, duck_type))
             self._tables = {
-                name: MirrorTable(name, tuple(columns[name]), tuple(key))
-                for name, key in keys.items()
+                name: MirrorTable(name, tuple(columns[name]), key, truncated)
+                for name, (key, truncated) in registered.items()
                 if name in columns
             }
         return self._tables
@@ -215,10 +202,10 @@ class DuckLakeWarehouse(Warehouse):
             with self._transaction("applying a CDC batch") as con:
                 tables = self._mirror_tables(con)
                 stages = stage_events(batch.events, {n: t.key for n, t in tables.items()})
-                for name, stage in stages.items():
-                    table = self._known(tables, name)
-                    staged = stage_to_arrow(stage, table.columns, table.key)
-                    apply_rows(con, self._target(name), table, staged, stage.truncated_at)
+                staged: list[tuple[str, pa.Table, TableStage | TextRows]] = [
+                    (name, stage_to_arrow(stage, tables[name].columns, tables[name].key), stage)
+                    for name, stage in stages.items()
+                ]
                 for rows in batch.tables:
                     if rows.table in stages:
                         raise SchemaError(
@@ -226,11 +213,30 @@ class DuckLakeWarehouse(Warehouse):
                             table=rows.table,
                         )
                     table = self._known(tables, rows.table)
-                    staged = rows.to_arrow(table.column_names)
-                    apply_rows(con, self._target(rows.table), table, staged, rows.truncated_at)
+                    staged.append((rows.table, rows.to_arrow(table.column_names), rows))
+                truncated = False
+                for name, arrow, stage in staged:
+                    table = self._known(tables, name)
+                    apply_rows(con, self._target(name), table, arrow, stage.truncated_at)
+                    if stage.truncated_at is not None:
+                        self._record_truncate(con, name, stage.truncated_at)
+                        truncated = True
                 changes = len(batch.events) + sum(rows.changes for rows in batch.tables)
                 self._write_position(con, batch.position, f"cdc batch: {changes} changes")
+            if truncated:
+                self._tables = None
             return self._last_snapshot()
+
+    @staticmethod
+    def _record_truncate(
+        con: duckdb.DuckDBPyConnection, table: str, version: tuple[int, int]
+    ) -> None:
+        con.execute(
+            f"UPDATE {META}.mirror_tables SET truncated_lsn = $1, truncated_seq = $2 "
+            "WHERE table_name = $3 AND (truncated_lsn IS NULL OR truncated_lsn < $1 "
+            "OR (truncated_lsn = $1 AND truncated_seq < $2))",
+            [version[0], version[1], table],
+        )
 
     def _target(self, table: str) -> str:
         return table_ref(self._config.alias, MIRROR, table)
@@ -310,8 +316,15 @@ class DuckLakeWarehouse(Warehouse):
                 self._config.alias,
                 list(self._mirror_tables(con)),
                 retain_s=self._config.snapshot_retain_s,
+                rewrite_threshold=self._config.rewrite_delete_threshold,
                 protect=protect,
             )
+
+    def flush_inlined(self) -> float:
+        started = time.monotonic()
+        with self._writer_use("flushing inlined data") as con:
+            con.execute(f"CALL ducklake_flush_inlined_data({literal(self._config.alias)})")
+        return time.monotonic() - started
 
     # -- reader --------------------------------------------------------------------------
 

@@ -33,17 +33,21 @@ def maintain_lake(
     tables: Collection[str],
     *,
     retain_s: float,
+    rewrite_threshold: float = 0.95,
     protect: Collection[int] = (),
 ) -> MaintenanceReport:
     """Run the upkeep on the writer connection ``con`` (outside a transaction) over the
-    mirrored ``tables`` (schema ``mirror``)."""
+    mirrored ``tables`` (schema ``mirror``); files with more than ``rewrite_threshold`` of
+    their rows deleted are rewritten, then small files merged."""
     started = time.monotonic()
     name = literal(alias)
     referenced = _referenced(con)
     purged = purge_tombstones(con, alias, tables, retain_s=retain_s, pinned=referenced)
     con.execute(f"CALL ducklake_flush_inlined_data({name})")
+    con.execute(
+        f"CALL ducklake_rewrite_data_files({name}, delete_threshold => $1)", [rewrite_threshold]
+    )
     con.execute(f"CALL ducklake_merge_adjacent_files({name})")
-    con.execute(f"CALL ducklake_rewrite_data_files({name})")
     protected = referenced | {int(s) for s in protect}
     expired = _expirable(con, alias, retain_s, protected)
     if expired:

@@ -1,28 +1,35 @@
 """Writing staged rows into a mirrored table, on the writer connection inside its transaction.
 
 A staged row replaces the stored one only when its version ``(_lsn, _seq)`` is newer. DuckLake
-updates are a delete plus an insert anyway, so a batch is applied as exactly that: one
-``DELETE ... USING`` the staged rows (a scan of the key and version columns only), then one
-``INSERT ... WHERE NOT EXISTS`` (what is still stored for a key after the delete is newer or
-equal, and wins). Reading only narrow columns of the stored table keeps a batch's cost low as
-the table grows; the old MERGE read every column of every stored row.
+updates are a delete plus an insert anyway, so a batch is applied as exactly that, with one
+scan of the stored table that reads only its key and version columns: a probe joins the staged
+keys to the stored ones (their ``rowid`` and whether the staged version is newer), then the
+replaced rows are deleted by ``rowid`` and the staged rows inserted, but those older than what
+is stored. The old MERGE read every column of every stored row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from warehouse.staging import KEEP
 from warehouse.statements import (
+    DOOMED,
     KEPT,
+    ROW,
+    SKIPPED,
     STAGE,
-    delete_statement,
+    delete_rows_statement,
     insert_statement,
     kept_statement,
+    probe_statement,
     truncate_statement,
 )
 
@@ -34,6 +41,7 @@ class MirrorTable:
     name: str
     columns: tuple[tuple[str, str], ...]  # (name, DuckDB type), source columns only
     key: tuple[str, ...]
+    truncated_at: tuple[int, int] | None = None  # version of the last truncate
 
     @property
     def column_names(self) -> list[str]:
@@ -47,24 +55,44 @@ def apply_rows(
     staged: pa.Table,
     truncated_at: tuple[int, int] | None = None,
 ) -> None:
-    """Apply one table's staged rows (see :mod:`warehouse.staging`, :mod:`warehouse.rows`)."""
+    """Apply one table's staged rows (see :mod:`warehouse.staging`, :mod:`warehouse.rows`):
+    one probe of the stored keys and versions, a delete by ``rowid`` of the rows replaced,
+    an insert of the staged rows not older than what is stored."""
     if truncated_at is not None:
         con.execute(truncate_statement(target), list(truncated_at))
+    staged = _after_truncate(staged, table.truncated_at)
     if staged.num_rows == 0:
         return
     columns = [(n, t) for n, t in table.columns if n in staged.schema.names]
+    staged = staged.append_column(ROW, pa.array(np.arange(staged.num_rows, dtype=np.int64)))
     kept = _has_keep(staged)
-    con.register(STAGE, staged)
-    try:
+    with _registered(con, STAGE, staged):
         if kept:
             saved = con.execute(kept_statement(target, columns, table.key, staged.schema))
             con.register(KEPT, saved.to_arrow_table())
-        con.execute(delete_statement(target, columns, table.key, staged.schema))
-        con.execute(insert_statement(target, columns, table.key, staged.schema, kept=kept))
+        try:
+            hits = con.execute(
+                probe_statement(target, columns, table.key, staged.schema)
+            ).to_arrow_table()
+            replaces = hits.column("replaces")
+            with _registered(con, DOOMED, hits.filter(replaces).select(["rid"])):
+                con.execute(delete_rows_statement(target))
+            skipped = hits.filter(pc.invert(replaces)).select(["row"])
+            with _registered(con, SKIPPED, skipped):
+                insert = insert_statement(target, columns, table.key, staged.schema, kept=kept)
+                con.execute(insert)
+        finally:
+            if kept:
+                con.unregister(KEPT)
+
+
+@contextmanager
+def _registered(con: duckdb.DuckDBPyConnection, name: str, rows: pa.Table) -> Iterator[None]:
+    con.register(name, rows)
+    try:
+        yield
     finally:
-        con.unregister(STAGE)
-        if kept:
-            con.unregister(KEPT)
+        con.unregister(name)
 
 
 def insert_rows(
@@ -74,13 +102,10 @@ def insert_rows(
     if staged.num_rows == 0:
         return
     columns = [(n, t) for n, t in table.columns if n in staged.schema.names]
-    con.register(STAGE, staged)
-    try:
+    with _registered(con, STAGE, staged):
         con.execute(
-            insert_statement(target, columns, table.key, staged.schema, kept=False, guard=False)
+            insert_statement(target, columns, table.key, staged.schema, kept=False, skip=False)
         )
-    finally:
-        con.unregister(STAGE)
 
 
 def snapshot_rows(rows: pa.Table, lsn: int) -> pa.Table:
@@ -92,6 +117,21 @@ def snapshot_rows(rows: pa.Table, lsn: int) -> pa.Table:
         .append_column("_deleted", pa.array(np.zeros(n, np.bool_)))
         .append_column(KEEP, pa.nulls(n, pa.list_(pa.string())))
     )
+
+
+def _after_truncate(staged: pa.Table, truncated_at: tuple[int, int] | None) -> pa.Table:
+    """The staged rows newer than the table's last truncate (older ones stay dropped)."""
+    if truncated_at is None or staged.num_rows == 0:
+        return staged
+    lsn, seq = staged.column("_lsn"), staged.column("_seq")
+    newer = pc.or_(
+        pc.greater(lsn, pa.scalar(truncated_at[0], pa.uint64())),
+        pc.and_(
+            pc.equal(lsn, pa.scalar(truncated_at[0], pa.uint64())),
+            pc.greater(seq, pa.scalar(truncated_at[1], pa.int32())),
+        ),
+    )
+    return staged.filter(newer)
 
 
 def _has_keep(staged: pa.Table) -> bool:

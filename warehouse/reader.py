@@ -51,7 +51,14 @@ class LakeReader:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A new cursor on the reader with the lake as its default catalog."""
         cur = self._database().cursor()
-        cur.execute(f"USE {ident(self._config.alias)}")
+        try:
+            cur.execute(f"USE {ident(self._config.alias)}")
+        except duckdb.Error as error:
+            cur.close()
+            self._reset_if_broken(error)
+            raise WarehouseUnavailableError(
+                f"cannot read the warehouse: {error}", retryable=is_transient(error)
+            ) from error
         return cur
 
     def fetch(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:

@@ -14,8 +14,11 @@ from sqlglot import exp
 from warehouse.staging import KEEP
 from warehouse.types import is_list
 
-STAGE = "_quarry_stage"
-KEPT = "_quarry_kept"
+STAGE = "_quarry_stage"  # the staged rows (Arrow)
+KEPT = "_quarry_kept"  # stored rows whose values staged rows keep
+DOOMED = "_quarry_doomed"  # rowids of stored rows that staged rows replace
+SKIPPED = "_quarry_skipped"  # ordinals of staged rows older than what is stored
+ROW = "_row"  # the ordinal column added to the staged rows
 
 
 def ident(name: str) -> str:
@@ -56,16 +59,22 @@ def _sources(columns: Sequence[tuple[str, str]], staged: pa.Schema) -> dict[str,
     return {name: _source(name, duck_type, staged.field(name).type) for name, duck_type in columns}
 
 
-def delete_statement(
+def probe_statement(
     target: str, columns: Sequence[tuple[str, str]], key: Sequence[str], staged: pa.Schema
 ) -> str:
-    """Delete the stored rows that a staged row replaces (its version is newer); the scan of
-    ``target`` reads only the key and version columns."""
+    """For each staged row whose key is stored: its ordinal (``ROW``), the stored row's
+    ``rowid`` and whether the staged version is newer (it replaces the stored row). The one
+    scan of ``target`` in a batch, reading only the key and version columns."""
     sources = _sources([c for c in columns if c[0] in key], staged)
     return (
-        f"DELETE FROM {target} AS t USING {STAGE} AS b "
-        f"WHERE {_key_match(sources, key)} AND {_newer()}"
+        f"SELECT b.{ROW} AS row, t.rowid AS rid, {_newer()} AS replaces "
+        f"FROM {STAGE} AS b JOIN {target} AS t ON {_key_match(sources, key)}"
     )
+
+
+def delete_rows_statement(target: str) -> str:
+    """Delete the stored rows whose ``rowid`` the ``DOOMED`` relation lists."""
+    return f"DELETE FROM {target} WHERE rowid IN (SELECT rid FROM {DOOMED})"
 
 
 def insert_statement(
@@ -75,14 +84,13 @@ def insert_statement(
     staged: pa.Schema,
     *,
     kept: bool,
-    guard: bool = True,
+    skip: bool = True,
 ) -> str:
-    """Insert the staged rows whose key is not stored any more (after
-    :func:`delete_statement`, a stored row left means a newer or equal version: it wins).
+    """Insert the staged rows, but those the ``SKIPPED`` relation lists by ordinal (a newer or
+    equal version is stored); without ``skip``, every staged row.
 
     With ``kept``, columns named in a row's ``_keep`` take the value saved in the ``KEPT``
-    relation (the stored row before the delete). Without ``guard``, every staged row is
-    inserted (a load into a table that holds none of the keys)."""
+    relation (the stored row before the delete)."""
     sources = _sources(columns, staged)
     keyed = set(key)
     values = []
@@ -97,11 +105,7 @@ def insert_statement(
     names = [name for name, _ in columns] + ["_lsn", "_seq", "_deleted"]
     values += ["b._lsn", "b._seq", "b._deleted"]
     join = f" LEFT JOIN {KEPT} AS k ON {_key_match(sources, key, 'k')}" if kept else ""
-    where = (
-        f" WHERE NOT EXISTS (SELECT 1 FROM {target} AS t WHERE {_key_match(sources, key)})"
-        if guard
-        else ""
-    )
+    where = f" WHERE b.{ROW} NOT IN (SELECT row FROM {SKIPPED})" if skip else ""
     return (
         f"INSERT INTO {target} ({', '.join(ident(n) for n in names)}) "
         f"SELECT {', '.join(values)} FROM {STAGE} AS b{join}{where}"

@@ -273,3 +273,28 @@ def test_status_reports_lag_after_each_batch(
     assert status.slot_lag_bytes is not None and status.last_error is None
     final = read_status(status_path)
     assert final is not None and final.state == "stopped"
+
+
+def test_table_added_to_the_publication_is_backfilled(
+    pg_conn: Conn, pg_dsn: str, warehouse: DuckLakeWarehouse, cdc_config: CdcConfig
+) -> None:
+    seed(pg_conn, 2)
+    pg_conn.execute("CREATE TABLE sites (id text PRIMARY KEY, name text NOT NULL)")
+    pg_conn.execute("INSERT INTO sites SELECT 's' || g, 'site ' || g FROM generate_series(1, 50) g")
+    with running(pg_dsn, warehouse, cdc_config) as follower:
+        wait_until(caught_up(pg_conn, warehouse, follower))
+        assert "sites" not in warehouse.mirrored_tables()
+        pg_conn.execute("ALTER PUBLICATION quarry_cdc ADD TABLE sites")
+        pg_conn.execute("UPDATE sites SET name = 'renamed' WHERE id = 's1'")
+        pg_conn.execute("DELETE FROM sites WHERE id = 's2'")
+        pg_conn.execute("INSERT INTO sites VALUES ('s51', 'new')")
+        wait_until(caught_up(pg_conn, warehouse, follower))
+        wait_until(lambda: not warehouse.unloaded_tables(), what="the backfill")
+        pg_conn.execute("UPDATE sites SET name = 'again' WHERE id = 's3'")
+        wait_until(caught_up(pg_conn, warehouse, follower))
+    expected = sorted(pg_conn.execute("SELECT id, name FROM sites").fetchall())
+    mirrored = warehouse.query_arrow(
+        "SELECT id, name FROM mirror.sites WHERE NOT _deleted ORDER BY id"
+    ).to_pylist()
+    assert sorted((r["id"], r["name"]) for r in mirrored) == expected and len(expected) == 50
+    assert_mirrored(pg_conn, warehouse)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 
 import pyarrow as pa
 import pytest
@@ -247,3 +248,32 @@ def test_maintenance_keeps_snapshots_that_manifests_reference(
         with pytest.raises(QueryError):
             lake.query_arrow(sql, snapshot_id=loose)
         assert lake.query_arrow("SELECT count(*) AS n FROM episodes").to_pylist() == [{"n": 19}]
+
+
+def test_maintenance_purges_only_tombstones_older_than_pins_and_retention(
+    warehouse_config: WarehouseConfig,
+) -> None:
+    config = warehouse_config.model_copy(update={"snapshot_retain_s": 0.0})
+    with DuckLakeWarehouse(config) as lake:
+        lake.bootstrap()
+        a, b = episode_row(), episode_row()
+        pinned = lake.apply(
+            batch(
+                event(Op.CREATE, "episodes", 100, after=a),
+                event(Op.CREATE, "episodes", 100, 2, after=b),
+            )
+        )
+        manifest = {"id": "m1", "reuse_key": "k", "sql": "SELECT 1", "sample_spec": "{}"}
+        manifest |= {"snapshot_id": pinned, "cdc_position": "", "rows": 1, "samples": 1}
+        manifest |= {"size_bytes": 1, "uri": "u", "author": "a", "created_at": None}
+        lake.apply(batch(event(Op.CREATE, "manifests", 150, after=manifest)))
+        lake.apply(batch(event(Op.DELETE, "episodes", 200, before={"id": a["id"]})))
+        lake.apply(batch(lsn=300))  # a heartbeat: the position moves on
+        tombstones = "SELECT count(*) AS n FROM mirror.episodes WHERE _deleted"
+        assert lake.maintain().purged == 0  # the manifest pins a snapshot from before it
+        assert lake.query_arrow(tombstones).to_pylist() == [{"n": 1}]
+        lake.apply(batch(event(Op.DELETE, "manifests", 400, before={"id": "m1"}), lsn=400))
+        time.sleep(0.05)
+        assert lake.maintain().purged == 1
+        assert lake.query_arrow(tombstones).to_pylist() == [{"n": 0}]
+        assert ids(lake) == [b["id"]]
