@@ -11,7 +11,8 @@ of 8 processes that map one manifest and touch every page, read while all of the
 Real episode containers then go to moto's S3 server on loopback (the remote path: s3fs, one
 ranged GET per 4 MiB block): ``cache_speedup`` is the read rate of cache hits over that of the
 same objects streamed from S3, both through ``NodeCache.acquire(...).open()``. Finally a pinned
-model trains on batches from ``ManifestIterableDataset`` in DataLoader workers; after warm-up,
+model trains on batches from ``ManifestIterableDataset`` in DataLoader workers, taken off the
+workers' queue by ``BatchStream``'s thread while each step computes; after warm-up,
 ``data_wait_fraction`` is the time spent waiting for batches over the loop's time.
 Prints one JSON line.
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -47,6 +49,7 @@ def note(section: str, figures: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(p: Params, folder: Path) -> dict[str, Any]:
+    load_start = os.getloadavg()
     opened = note("open", measure_open(p, folder))
     mmap_ms = opened["open_ms"]["mmap"]
     largest_parquet = max(opened["open_ms"]["parquet"])
@@ -67,6 +70,10 @@ def run(p: Params, folder: Path) -> dict[str, Any]:
     # How much faster the loader's workers make samples (one process's rate, times workers)
     # than the model consumes them: below 1, the loop must wait whatever the prefetching.
     result["loader_headroom"] = result["samples_per_s"] * p.workers / result["model_samples_per_s"]
+    result["load_average"] = {  # 1, 5 and 15 minutes: the machine is shared
+        "start": [round(v, 2) for v in load_start],
+        "end": [round(v, 2) for v in os.getloadavg()],
+    }
     result["targets_met"] = {
         "open_ms<50": max(mmap_ms.values()) < 50,
         "pss_copies<=1.1": result["pss_copies"] <= 1.1,

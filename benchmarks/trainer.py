@@ -13,8 +13,8 @@ exactly as ``quarry train`` does:
    killed (SIGKILL) 60% of the way through; torchrun restarts the workers, which resume from
    the latest complete checkpoint.
 
-The machine's load average is reported: on a shared machine other processes take CPU from
-the ranks and their DataLoader workers.
+The machine's load average (1, 5 and 15 minutes, at the start and at the end) is reported: on
+a shared machine other processes take CPU from the ranks and their DataLoader workers.
 
 Prints one JSON line: ``goodput_fraction`` (compute over wall time since the run started, the
 failure included), ``checkpoint_stall_s`` for sync and async, ``recovery_s`` (failure to the
@@ -72,6 +72,7 @@ class Params:
     hidden_dim: int = 512
     workers: int = 1
     prefetch_batches: int = 4
+    stream_batches: int = 2
     stall_interval_steps: int = 10
 
 
@@ -143,6 +144,7 @@ def train(root: Path, manifest: Path, params: Params, name: str, **values: Any) 
         "model.hidden_dim": params.hidden_dim,
         "data.num_workers": params.workers,
         "data.prefetch_batches": params.prefetch_batches,
+        "data.stream_batches": params.stream_batches,
         "launch.nproc_per_node": params.ranks,
         "launch.max_restarts": 0,
         "log_every": 50,
@@ -199,6 +201,7 @@ def main_run(
 
 def run(params: Params, root: Path) -> dict[str, Any]:
     started = time.monotonic()
+    load_start = os.getloadavg()
     manifest = make_corpus(root, params)
     sync = stall_run(root, manifest, params, "sync")
     async_ = stall_run(root, manifest, params, "async")
@@ -237,6 +240,10 @@ def run(params: Params, root: Path) -> dict[str, Any]:
         "time_s": main["time_s"],
         "step_time_s": main["step_time_s"],
         "data_wait_share": main["data_wait_share"],
+        "data_wait_share_all": main["data_wait_share_all"],
+        "data_wait_by_site_s": main["data_wait_by_site_s"],
+        "data_wait_max_s": main["data_wait_max_s"],
+        "gc_pause_s": main["gc_pause_s"],
         "samples_per_s": main["samples_per_s"],
         "mfu": main["mfu"],
         "loss": {"first": main["first_loss_mean"], "last": main["last_loss_mean"]},
@@ -247,7 +254,10 @@ def run(params: Params, root: Path) -> dict[str, Any]:
             "run_ge_20x_restart": ratio is not None and ratio >= 20,
         },
         "benchmark_s": round(time.monotonic() - started, 1),
-        "load_average": [round(v, 2) for v in os.getloadavg()],
+        "load_average": {
+            "start": [round(v, 2) for v in load_start],
+            "end": [round(v, 2) for v in os.getloadavg()],  # 1, 5, 15 minutes
+        },
     }
 
 

@@ -49,8 +49,11 @@ def inject(
 
 def _span(rng: np.random.Generator, count: int, fps: float) -> slice:
     """A run of 1 to 2 seconds of frames inside the episode, not at its very start."""
-    length = int(fps * rng.uniform(1.0, 2.0))
-    start = int(rng.integers(max(2, count // 4), max(3, count - length - 1)))
+    # Clamped so short episodes (a few seconds) still get a span inside them; for the usual
+    # lengths the draws and the result are the same as without the clamps.
+    length = max(1, min(int(fps * rng.uniform(1.0, 2.0)), count // 2))
+    low = min(max(2, count // 4), max(1, count - length - 1))
+    start = int(rng.integers(low, max(low + 1, count - length - 1)))
     return slice(start, min(count, start + length))
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import fractions
+import threading
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import av
 import numpy as np
 import numpy.typing as npt
+from av.video.reformatter import VideoReformatter
 
 from .errors import DecodeError
 
@@ -107,6 +109,24 @@ def decode_h264(
     return out
 
 
+class _Converters(threading.local):
+    """One swscale context per thread, kept across frames and calls."""
+
+    def __init__(self) -> None:
+        self.rgb = VideoReformatter()
+
+
+_CONVERTERS = _Converters()
+
+
 def rgb_array(frame: av.VideoFrame) -> npt.NDArray[np.uint8]:
-    """A decoded frame as an RGB uint8 (H, W, 3) array."""
-    return np.asarray(frame.to_ndarray(format="rgb24"), dtype=np.uint8)
+    """A decoded frame as an RGB uint8 (H, W, 3) array.
+
+    ``frame.to_ndarray(format="rgb24")`` builds a new swscale context for every frame, with a
+    thread pool sized to the machine (``threads=0``): about 0.25 ms for a 128x96 frame on two
+    busy cores, ten times the conversion itself. This thread's reformatter keeps one
+    single-threaded context (swscale reuses it while size and format stay the same), and no
+    thread pool exists to be copied into a forked DataLoader worker. The pixels are the same.
+    """
+    rgb = _CONVERTERS.rgb.reformat(frame, format="rgb24", threads=1)
+    return np.asarray(rgb.to_ndarray(), dtype=np.uint8)

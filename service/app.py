@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from http import HTTPStatus
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
 
 from episodes.errors import EpisodeError
 from manifests.errors import ManifestError, ManifestNotFoundError, ManifestSchemaError
-from service.api.routes import curations, health, manifests
+from service.api.middleware import BodyLimitMiddleware
+from service.api.problems import PROBLEM_JSON, document_problems
+from service.api.routes import (
+    cdc,
+    corpus,
+    curations,
+    episodes,
+    health,
+    manifests,
+    metrics,
+    sql,
+)
+from service.auth import TokenCache, challenge
 from service.context import ServiceContext
 from service.errors import ServiceError
+from service.metrics import MetricsMiddleware, ServiceMetrics
 from service.settings import Settings
 from warehouse.errors import (
     QueryError,
@@ -21,8 +39,6 @@ from warehouse.errors import (
     WarehouseError,
     WarehouseUnavailableError,
 )
-
-PROBLEM_JSON = "application/problem+json"
 
 # The one place where errors of every package become HTTP: (type, status, title), first match.
 _ERROR_STATUS: list[tuple[type[Exception], int, str]] = [
@@ -37,6 +53,9 @@ _ERROR_STATUS: list[tuple[type[Exception], int, str]] = [
     (EpisodeError, 422, "Bad episode"),
 ]
 
+# Routes that take larger bodies than ``service.max_body_bytes``, by path prefix.
+_BODY_LIMITS = {"/v1/cdc/": 64 << 20}  # Debezium batches
+
 
 def create_app(settings: Settings) -> FastAPI:
     """The Quarry HTTP API for one state folder."""
@@ -44,15 +63,45 @@ def create_app(settings: Settings) -> FastAPI:
         title="Quarry",
         version="0.1.0",
         description="Curation and manifest service for robot-learning data.",
+        lifespan=_lifespan,
     )
-    app.state.context = ServiceContext(settings)
-    for router in (health.router, curations.router, manifests.router):
+    context = ServiceContext(settings)
+    app.state.context = context
+    app.state.tokens = TokenCache(context.connect, settings.service.token_cache_s)
+    app.state.metrics = ServiceMetrics(settings.paths.cdc_status)
+    app.state.health_threads = anyio.CapacityLimiter(4)
+    app.add_middleware(
+        BodyLimitMiddleware, max_bytes=settings.service.max_body_bytes, limits=_BODY_LIMITS
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    for router in (
+        health.router,
+        metrics.router,
+        curations.router,
+        manifests.router,
+        sql.router,
+        corpus.router,
+        episodes.router,
+        cdc.router,
+    ):
         app.include_router(router)
+    document_problems(app)
     app.add_exception_handler(ServiceError, _service_problem)  # type: ignore[arg-type]
+    app.add_exception_handler(HTTPException, _http_problem)  # type: ignore[arg-type]
     for kind, _, _ in _ERROR_STATUS:
         app.add_exception_handler(kind, _package_problem)
     app.add_exception_handler(RequestValidationError, _validation_problem)  # type: ignore[arg-type]
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """On shutdown, stop the curation runtime's pools and jobs and close warehouse handles."""
+    yield
+    runtime = getattr(app.state, "curation_runtime", None)
+    if runtime is not None:
+        runtime.close()
+    app.state.context.close()
 
 
 def problem_body(
@@ -76,14 +125,21 @@ def problem_body(
     return body
 
 
-def _respond(body: dict[str, Any]) -> JSONResponse:
-    return JSONResponse(body, status_code=body["status"], media_type=PROBLEM_JSON)
+def _respond(body: dict[str, Any], headers: Mapping[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
 
 
 async def _service_problem(request: Request, error: ServiceError) -> JSONResponse:
-    return _respond(
-        problem_body(request, error.status, error.title, error.message, **error.context)
-    )
+    body = problem_body(request, error.status, error.title, error.message, **error.context)
+    authenticate = challenge(error)
+    return _respond(body, {"WWW-Authenticate": authenticate} if authenticate else None)
+
+
+async def _http_problem(request: Request, error: HTTPException) -> JSONResponse:
+    """Starlette's own answers (unknown path, wrong method, body too large) as problems."""
+    title = HTTPStatus(error.status_code).phrase
+    detail = error.detail if isinstance(error.detail, str) else title
+    return _respond(problem_body(request, error.status_code, title, detail), error.headers)
 
 
 async def _package_problem(request: Request, error: Exception) -> JSONResponse:

@@ -1,14 +1,33 @@
-"""Bearer-token authentication: a token's digest is looked up with its scopes."""
+"""Bearer-token authentication: a token's SHA-256 digest is looked up with its scopes.
+
+Lookups are cached per process for ``ttl_s`` seconds (``service.token_cache_s``, 5 s by
+default), so a request does not open a Postgres connection when its token was seen recently;
+a revoked token therefore keeps working for at most ``ttl_s`` seconds. Unknown tokens are not
+cached (a token created a moment ago works at once), and at most a few lookups run at a time,
+so a flood of bad tokens cannot use up the database's connections.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 import psycopg
+from anyio import to_thread
 
-from service.errors import ForbiddenError, UnauthorizedError
+from service.errors import ForbiddenError, ServiceError, StackError, UnauthorizedError
 from service.tokens import Scope, digest
+
+REALM = "quarry"
+# admin implies curate implies read.
+_IMPLIED = {
+    Scope.READ: {Scope.READ, Scope.CURATE, Scope.ADMIN},
+    Scope.CURATE: {Scope.CURATE, Scope.ADMIN},
+    Scope.ADMIN: {Scope.ADMIN},
+}
 
 
 @dataclass(frozen=True)
@@ -19,26 +38,90 @@ class Principal:
     scopes: frozenset[Scope]
 
     def require(self, scope: Scope) -> None:
-        # admin implies curate implies read.
-        implied = {
-            Scope.READ: {Scope.READ, Scope.CURATE, Scope.ADMIN},
-            Scope.CURATE: {Scope.CURATE, Scope.ADMIN},
-            Scope.ADMIN: {Scope.ADMIN},
-        }
-        if not implied[scope] & self.scopes:
+        if not _IMPLIED[scope] & self.scopes:
             raise ForbiddenError(f"this token lacks the {scope!s} scope", scope=str(scope))
 
 
-def authenticate(conn: psycopg.Connection[Any], authorization: str | None) -> Principal:
-    """The principal of an ``Authorization: Bearer <token>`` header."""
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise UnauthorizedError("send Authorization: Bearer <token> (see `quarry tokens create`)")
-    token = authorization[len("bearer ") :].strip()
+def lookup_principal(conn: psycopg.Connection[Any], token: str) -> Principal | None:
+    """The principal of a live (not revoked) token, or ``None``."""
     row = conn.execute(
         "SELECT name, scopes FROM api_tokens WHERE token_sha256 = %s AND revoked_at IS NULL",
         (digest(token),),
     ).fetchone()
     if row is None:
-        raise UnauthorizedError("unknown or revoked token")
+        return None
     known = {str(scope) for scope in Scope}
     return Principal(row[0], frozenset(Scope(s) for s in row[1] if s in known))
+
+
+def challenge(error: ServiceError) -> str | None:
+    """The ``WWW-Authenticate`` value (RFC 6750) of a 401 or 403, else ``None``."""
+    if isinstance(error, UnauthorizedError):
+        reason = error.context.get("error")
+        return f'Bearer realm="{REALM}"' + (f', error="{reason}"' if reason else "")
+    if isinstance(error, ForbiddenError):
+        scope = error.context.get("scope", "")
+        return f'Bearer realm="{REALM}", error="insufficient_scope", scope="{scope}"'
+    return None
+
+
+class TokenCache:
+    """Authenticates bearer tokens, remembering known ones for ``ttl_s`` seconds.
+
+    Used from the event loop only; the database lookup runs in a worker thread.
+
+    :param connect: opens a connection to the operational database (closed after use).
+    :param ttl_s: seconds a known token is trusted without asking the database again.
+    :param max_entries: tokens remembered at most (the oldest are forgotten first).
+    :param lookups: database lookups that may run at the same time.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]],
+        ttl_s: float,
+        *,
+        max_entries: int = 4096,
+        lookups: int = 4,
+    ) -> None:
+        self._connect = connect
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._lookups = lookups
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._entries: dict[str, tuple[float, Principal]] = {}
+
+    async def authenticate(self, token: str | None) -> Principal:
+        """The principal of ``token``; :class:`UnauthorizedError` when there is none."""
+        if not token:
+            raise UnauthorizedError("send Authorization: Bearer <token> (see `quarry tokens`)")
+        key = digest(token)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0] > time.monotonic():
+            return entry[1]
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self._lookups)
+        principal = await to_thread.run_sync(self._lookup, token, limiter=self._limiter)
+        if principal is None:
+            self._entries.pop(key, None)
+            raise UnauthorizedError("unknown or revoked token", error="invalid_token")
+        self._remember(key, principal)
+        return principal
+
+    def _lookup(self, token: str) -> Principal | None:
+        try:
+            with self._connect() as conn:
+                return lookup_principal(conn, token)
+        except psycopg.OperationalError as error:
+            raise StackError(
+                f"cannot check the token: the operational database is unavailable ({error})",
+                part="postgres",
+            ) from error
+
+    def _remember(self, key: str, principal: Principal) -> None:
+        now = time.monotonic()
+        if len(self._entries) >= self._max_entries:
+            self._entries = {k: v for k, v in self._entries.items() if v[0] > now}
+            while len(self._entries) >= self._max_entries:
+                del self._entries[next(iter(self._entries))]
+        self._entries[key] = (now + self._ttl_s, principal)

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from service.commands import cache, cdc, curate, demo, episodes, ingest, stack, train
+from service.commands import cache, cdc, curate, demo, episodes, ingest, stack, tokens, train
 from service.errors import ServiceError
 
 
@@ -20,7 +20,7 @@ def cli(debug: bool) -> None:
     """Quarry: from robot recordings to training batches, through SQL."""
 
 
-for _module in (stack, ingest, episodes, cdc, curate, cache, train, demo):
+for _module in (stack, ingest, episodes, cdc, curate, cache, train, demo, tokens):
     _module.register(cli)
 
 

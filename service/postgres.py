@@ -10,10 +10,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import psutil
 import psycopg
@@ -46,6 +48,15 @@ timezone = 'UTC'
 """
 
 
+# Local socket only (listen_addresses is empty). The reader logs in without a password but may
+# only reach the catalog database; everything else needs the superuser's password.
+_HBA_RULES = """# Written by Quarry (service/postgres.py).
+local   {catalog}   {reader}   trust
+local   all   all   scram-sha-256
+local   replication   all   scram-sha-256
+"""
+
+
 def _bin(name: str) -> Path:
     # Located without importing pgserver: its import touches platformdirs and warns.
     spec = importlib.util.find_spec("pgserver")
@@ -68,9 +79,18 @@ class EmbeddedPostgres:
     def log_file(self) -> Path:
         return self.paths.pgdata / "server.log"
 
+    @property
+    def password_file(self) -> Path:
+        """The superuser's password (mode 0600), made at the first start."""
+        return self.paths.root / "pg-password"
+
     def dsn(self, dbname: str = OPERATIONAL_DB, user: str = SUPERUSER) -> str:
-        """A libpq connection string over the Unix socket (trust auth on the local socket)."""
-        return f"host={self.paths.socket_dir} user={user} dbname={dbname}"
+        """A libpq connection string over the Unix socket. Every login but the catalog
+        reader needs the password; see :meth:`_require_passwords`."""
+        base = f"host={self.paths.socket_dir} user={user} dbname={dbname}"
+        if user == READER_ROLE or not self.password_file.exists():
+            return base
+        return f"{base} password={self.password_file.read_text().strip()}"
 
     def is_initialized(self) -> bool:
         return (self.paths.pgdata / "PG_VERSION").exists()
@@ -129,12 +149,38 @@ class EmbeddedPostgres:
                 part="postgres",
                 log=str(self.log_file),
             )
+        self._require_passwords()
 
-    def stop(self) -> None:
-        """Stop the server with a fast shutdown (idempotent)."""
+    def _require_passwords(self) -> None:
+        """Replace initdb's trust-everyone rules once: every login needs a password except the
+        catalog reader, which may only read the DuckLake catalog. Without this, any local
+        process (or a warehouse query that reached DuckDB's postgres_scan) could log in as
+        the superuser."""
+        if self.password_file.exists():
+            return
+        password = secrets.token_urlsafe(24)
+        temp = self.password_file.with_suffix(".tmp")
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(SUPERUSER), sql.Literal(password)
+                )
+            )
+            descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(password + "\n")
+            # Rewritten in place, so the file keeps its owner (the server's system user).
+            with (self.paths.pgdata / "pg_hba.conf").open("w") as hba:
+                hba.write(_HBA_RULES.format(catalog=CATALOG_DB, reader=READER_ROLE))
+            conn.execute("SELECT pg_reload_conf()")
+        temp.replace(self.password_file)
+
+    def stop(self, mode: Literal["smart", "fast", "immediate"] = "fast") -> None:
+        """Stop the server (idempotent). ``fast`` checkpoints first; ``immediate`` skips that
+        and leaves recovery to the next start (for throwaway servers such as tests')."""
         if not self.is_running():
             return
-        result = self._pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"], check=False)
+        result = self._pg_ctl(["-w", "-t", "60", "-m", mode, "stop"], check=False)
         if result.returncode != 0:
             raise StackError(f"PostgreSQL did not stop: {result.stderr.strip()}", part="postgres")
 
@@ -159,6 +205,7 @@ class EmbeddedPostgres:
             conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, role))
         with psycopg.connect(self.dsn(database), autocommit=True) as conn:
             for statement in (
+                "ALTER ROLE {} SET statement_timeout = '60s'",
                 "REVOKE CREATE ON SCHEMA public FROM PUBLIC",
                 "GRANT USAGE ON SCHEMA public TO {}",
                 "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}",

@@ -26,6 +26,15 @@ class ServiceConfig(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port")
     start_timeout_s: float = Field(default=60.0, gt=0)
+    max_body_bytes: int = Field(
+        default=1 << 20, ge=0, description="request bodies above this many bytes get 413"
+    )
+    token_cache_s: float = Field(
+        default=5.0, ge=0, description="seconds a token lookup is cached (revocation delay)"
+    )
+    sql_max_rows: int = Field(
+        default=1_000_000, gt=0, description="rows POST /v1/sql may return at most"
+    )
 
 
 class CurationConfig(BaseModel):

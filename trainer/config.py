@@ -55,6 +55,8 @@ class DataSection(_Section):
 
     :param num_workers: worker processes per rank assembling batches (0: in the rank itself).
     :param prefetch_batches: batches each worker prepares ahead.
+    :param stream_batches: batches a background thread takes off the workers' queue and keeps
+        ready while the step computes (0: each is taken in the step).
     :param start_method: how workers start; ``fork`` is fastest, and no checkpoint thread is
         running when a new epoch's workers are forked.
     :param timeout_s: longest wait for one batch from a worker, seconds (0: no limit).
@@ -62,6 +64,7 @@ class DataSection(_Section):
 
     num_workers: int = Field(default=1, ge=0)
     prefetch_batches: int = Field(default=2, ge=1)
+    stream_batches: int = Field(default=2, ge=0)
     start_method: Literal["fork", "forkserver", "spawn"] = "fork"
     timeout_s: float = Field(default=0.0, ge=0)
 
@@ -82,11 +85,17 @@ class ModelSection(_Section):
 
 
 class OptimSection(_Section):
-    """AdamW. :param lr: learning rate. :param grad_clip: max global gradient norm (0: off)."""
+    """AdamW. :param lr: learning rate. :param grad_clip: max global gradient norm (0: off).
+
+    :param shard: shard the optimizer state (ZeRO-1): ``none``, ``global`` (over every rank),
+        ``node`` (over each node's ranks, replicated across nodes), ``auto`` (``node`` on
+        several nodes, else ``global``); see :mod:`trainer.sharding`.
+    """
 
     lr: float = Field(default=1e-3, gt=0)
     weight_decay: float = Field(default=1e-4, ge=0)
     grad_clip: float = Field(default=1.0, ge=0)
+    shard: Literal["none", "global", "node", "auto"] = "none"
 
 
 class CheckpointSection(_Section):
@@ -146,6 +155,8 @@ class GoodputSection(_Section):
     :param otlp_endpoint: also export over OTLP/HTTP when the SDK is installed.
     :param heartbeat_s: how often rank 0 records progress (used to date a failure), seconds.
     :param export_every_s: how often metrics are exported during the run, seconds.
+    :param warmup_steps: steps at the start of each attempt (workers starting, queues filling)
+        left out of the steady-state data wait (``data_wait_share``); always in goodput.
     """
 
     peak_flops: float = Field(default=1e12, gt=0)
@@ -154,6 +165,7 @@ class GoodputSection(_Section):
     otlp_endpoint: str | None = None
     heartbeat_s: float = Field(default=1.0, gt=0)
     export_every_s: float = Field(default=10.0, gt=0)
+    warmup_steps: int = Field(default=5, ge=0)
 
 
 class LaunchSection(_Section):

@@ -5,14 +5,19 @@ epoch after epoch; the loader's iterable dataset assembles whole batches in Data
 through the node-local cache. A sample counts as consumed when the step that used it is done
 (:meth:`DataFeed.consumed`), so the sampler's state, saved in every checkpoint, resumes exactly
 after the last step kept, whatever the workers had prefetched.
+
+A background thread per epoch (:class:`~loader.dataset.BatchStream` with
+``data.stream_batches``) takes batches off the workers' result queue while the step computes,
+so a step waits for data only when the loader falls behind (:class:`Fetch` says how long).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
-from collections.abc import Callable, Iterator
-from dataclasses import asdict
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +27,13 @@ from torch.utils.data import DataLoader
 
 from loader.assemble import SampleSource
 from loader.cache import NodeCache
-from loader.dataset import ManifestIterableDataset, batch_positions, collate_samples, seed_worker
+from loader.dataset import (
+    BatchStream,
+    ManifestIterableDataset,
+    batch_positions,
+    collate_samples,
+    seed_worker,
+)
 from loader.metrics import CacheMetrics
 from loader.sampler import EpochSampler
 from loader.store import ObjectStore
@@ -35,6 +46,25 @@ from .policy import Batch
 from .world import World
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """A batch, and what getting it cost the step.
+
+    :param blocked_s: seconds the step was blocked waiting for the batch, seconds.
+    :param epoch_start_s: seconds spent starting an epoch's DataLoader workers in this call
+        (only when they could not be started ahead), seconds.
+    """
+
+    batch: Batch
+    blocked_s: float
+    epoch_start_s: float
+
+    @property
+    def wait_s(self) -> float:
+        """All the time the step spent on data, seconds."""
+        return self.blocked_s + self.epoch_start_s
 
 
 class DataFeed:
@@ -56,9 +86,10 @@ class DataFeed:
         self.before_new_epoch: Callable[[], None] | None = None
         self.may_fork: Callable[[], bool] = lambda: True
         self.epochs_started = 0
-        self._iterator: Iterator[Batch] | None = None
-        self._next: tuple[EpochSampler, Iterator[Batch]] | None = None
+        self._stream: BatchStream | None = None
+        self._next: tuple[EpochSampler, BatchStream] | None = None
         self._cache_start: CacheMetrics | None = None
+        self._epoch_start_s = 0.0
 
     def _sampler(self, epoch: int) -> EpochSampler:
         return EpochSampler(
@@ -110,11 +141,12 @@ class DataFeed:
     def start(self) -> None:
         """Start reading from the sampler's current position (call after resuming)."""
         self._cache_start = self.cache.status().metrics
-        self._iterator = self._new_iterator(self.sampler)
+        self._stream = self._new_stream(self.sampler)
 
-    def _new_iterator(self, sampler: EpochSampler) -> Iterator[Batch]:
+    def _new_stream(self, sampler: EpochSampler) -> BatchStream:
         if self.before_new_epoch is not None:
             self.before_new_epoch()  # e.g. no checkpoint thread while workers fork
+        started = time.perf_counter()
         data = self.config.data
         workers = data.num_workers
         dataset = ManifestIterableDataset(self.manifest_path, self.config.loader, sampler)
@@ -130,10 +162,12 @@ class DataFeed:
             timeout=data.timeout_s,
             pin_memory=torch.cuda.is_available(),
         )
+        stream = BatchStream(loader, prefetch=data.stream_batches)  # forks the workers
         self.epochs_started += 1
-        return iter(loader)
+        self._epoch_start_s += time.perf_counter() - started
+        return stream
 
-    def next_batch(self) -> Batch:
+    def next_batch(self) -> Fetch:
         """The next non-empty batch, moving to the next epoch when this one is exhausted.
 
         Near the end of an epoch the next epoch's workers are started, so they have batches
@@ -141,35 +175,36 @@ class DataFeed:
         waits while ``may_fork()`` is false (a checkpoint thread is writing) unless the epoch
         is over.
         """
-        assert self._iterator is not None, "call start() first"
+        assert self._stream is not None, "call start() first"
+        self._epoch_start_s = blocked = 0.0
         while True:
             self._prepare_next_epoch()
-            try:
-                batch = next(self._iterator)
-            except StopIteration:
+            started = time.perf_counter()
+            batch = next(self._stream, None)
+            blocked += time.perf_counter() - started
+            if batch is None:
                 self._advance_epoch()
-                continue
-            if int(batch["sample_index"].shape[0]) > 0:
-                return batch
-            self.consumed(batch)  # every sample of it was bad and skipped
+            elif int(batch["sample_index"].shape[0]) > 0:
+                return Fetch(batch, blocked, self._epoch_start_s)
+            else:
+                self.consumed(batch)  # every sample of it was bad and skipped
 
     def _prepare_next_epoch(self) -> None:
         data = self.config.data
-        lookahead = (data.prefetch_batches * max(1, data.num_workers) + 1) * (
-            self.config.loader.batch_size
-        )
-        if self._next is None and len(self.sampler) <= lookahead and self.may_fork():
+        ahead = data.prefetch_batches * max(1, data.num_workers) + data.stream_batches + 1
+        near_end = len(self.sampler) <= ahead * self.config.loader.batch_size
+        if self._next is None and near_end and self.may_fork():
             self._start_next_epoch()
 
     def _start_next_epoch(self) -> None:
         sampler = self._sampler(self.sampler.epoch + 1)
-        self._next = (sampler, self._new_iterator(sampler))
+        self._next = (sampler, self._new_stream(sampler))
 
     def _advance_epoch(self) -> None:
         if self._next is None:
             self._start_next_epoch()
         assert self._next is not None
-        self.sampler, self._iterator = self._next
+        self.sampler, self._stream = self._next
         self._next = None
 
     def consumed(self, batch: Batch) -> None:
@@ -183,7 +218,9 @@ class DataFeed:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the sampler's position (before :meth:`start`)."""
         self.sampler.load_state_dict(state)
-        self._next = None
+        if self._next is not None:  # planned from the position before this one
+            self._next[1].close()
+            self._next = None
 
     def cache_counters(self) -> dict[str, int] | None:
         """The node cache's counters since :meth:`start` (all processes of this node)."""
@@ -193,8 +230,12 @@ class DataFeed:
         return {name: int(now[name] - start[name]) for name in now}
 
     def close(self) -> None:
-        """Stop the workers."""
-        self._iterator = self._next = None
+        """Stop the streams' threads and the workers (this epoch's and the next one's)."""
+        streams = [self._stream, self._next[1] if self._next is not None else None]
+        self._stream = self._next = None
+        for stream in streams:
+            if stream is not None:
+                stream.close()
 
 
 def open_feed(config: TrainerConfig, world: World, manifest_path: Path) -> DataFeed:

@@ -143,6 +143,8 @@ class GoodputMeter:
         self.step_seconds: list[float] = []
         self.wait_seconds: list[float] = []
         self.sites: dict[str, float] = {}
+        self.data_sites: dict[str, float] = dict.fromkeys(DATA_SITES, 0.0)
+        self.gc = GcPauses()
         self.recent_losses: deque[float] = deque(maxlen=LOSS_WINDOW)
         self._first_step_started: float | None = None
 
@@ -169,16 +171,29 @@ class GoodputMeter:
                 if site is not None:
                     self.sites[site] = self.sites.get(site, 0.0) + seconds
 
-    def record_step(self, data_wait_s: float, compute_s: float, samples: int, loss: float) -> None:
+    def record_step(
+        self,
+        data_wait_s: float,
+        compute_s: float,
+        samples: int,
+        loss: float,
+        epoch_start_s: float = 0.0,
+    ) -> None:
         """Charge one completed step's data wait and compute, and count it.
+
+        :param data_wait_s: seconds the step was blocked waiting for its batch.
+        :param epoch_start_s: seconds it spent starting an epoch's workers (also data wait).
 
         The first step after a restart closes the recovery instead (its time is recovery).
         """
+        wait = data_wait_s + epoch_start_s
         if not self.recovering:
-            self.ledger.add(Phase.DATA_WAIT, data_wait_s)
+            self.ledger.add(Phase.DATA_WAIT, wait)
             self.ledger.add(Phase.COMPUTE, compute_s)
-            self.wait_seconds.append(data_wait_s)
-        self.end_step(samples, loss, data_wait_s + compute_s)
+            self.wait_seconds.append(wait)
+            self.data_sites["blocked"] += data_wait_s
+            self.data_sites["epoch_start"] += epoch_start_s
+        self.end_step(samples, loss, wait + compute_s)
 
     def end_step(
         self, samples: int, loss: float, step_s: float, keep_losses: int = LOSS_WINDOW
@@ -199,10 +214,10 @@ class GoodputMeter:
         if len(self.ledger.losses) < keep_losses:
             self.ledger.losses.append(loss)
 
-    def data_wait_share(self, skip: float = 0.1) -> float | None:
-        """Data wait over step time, after warm-up (the first ``skip`` of the steps)."""
-        start = int(len(self.step_seconds) * skip)
-        steps, waits = self.step_seconds[start:], self.wait_seconds[start:]
+    def data_wait_share(self, warmup_steps: int = 0) -> float | None:
+        """Data wait over step time, leaving out this attempt's first ``warmup_steps`` steps
+        (``None`` when no step is left)."""
+        steps, waits = self.step_seconds[warmup_steps:], self.wait_seconds[warmup_steps:]
         total = sum(steps)
         return sum(waits) / total if total > 0 and len(steps) == len(waits) else None
 
@@ -210,6 +225,30 @@ class GoodputMeter:
         """Mean wall time of the last ``last`` steps (data wait plus compute), seconds."""
         recent = self.step_seconds[-last:]
         return sum(recent) / len(recent) if recent else 0.0
+
+
+DATA_SITES = ("blocked", "epoch_start")
+"""Where data wait goes: blocked on the next batch; starting an epoch's workers in the step."""
+
+
+class GcPauses:
+    """Adds up the cyclic garbage collector's pauses in this process: a ``gc.callbacks`` entry
+    (the trainer freezes its heap after setup, see ``trainer.worker.freeze_heap``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.count = 0
+        self.longest_s = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        self.seconds += pause
+        self.count += 1
+        self.longest_s = max(self.longest_s, pause)
 
 
 class Timeline:

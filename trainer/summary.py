@@ -14,6 +14,7 @@ from typing import Any
 from .goodput import LOSS_WINDOW, Phase
 from .loop import Run, run_figures
 from .preflight import PreflightReport
+from .sharding import optimizer_state_bytes, shard_scope
 
 SUMMARY_EVENT = "train_summary"
 
@@ -71,9 +72,7 @@ def step_figures(run: Run) -> dict[str, Any]:
         "samples_per_s": _round(total_rate),
         "step_time_s": _round(figures["step_time_seconds"]),
         "recent_step_time_s": _round(sum(recent) / len(recent)) if recent else None,
-        "data_wait_share": _round(meter.data_wait_share(), 4),
-        "data_wait_p50_s": _quantile(meter.wait_seconds, 0.5),
-        "data_wait_p99_s": _quantile(meter.wait_seconds, 0.99),
+        **data_figures(run),
         "first_loss": _round(ledger.losses[0]) if ledger.losses else None,
         "last_loss": _round(run.last_loss),
         "first_loss_mean": _mean(ledger.losses),
@@ -84,6 +83,37 @@ def step_figures(run: Run) -> dict[str, Any]:
         "mfu": _round(figures["mfu"], 8),
         "flops_per_step": run.flops_per_step,
         "peak_flops": run.config.goodput.peak_flops,
+    }
+
+
+def data_figures(run: Run) -> dict[str, Any]:
+    """This attempt's data wait: steady state (after warm-up) and all steps, and by site."""
+    meter, warmup = run.meter, run.config.goodput.warmup_steps
+    steady = meter.wait_seconds[warmup:]
+    return {
+        "data_wait_share": _round(meter.data_wait_share(warmup), 4),
+        "data_wait_share_all": _round(meter.data_wait_share(0), 4),
+        "data_wait_warmup_steps": warmup,
+        "data_wait_s": _round(sum(meter.wait_seconds), 3),
+        "data_wait_by_site_s": {site: _round(s, 3) for site, s in meter.data_sites.items()},
+        "data_wait_p50_s": _quantile(steady, 0.5),
+        "data_wait_p99_s": _quantile(steady, 0.99),
+        "data_wait_max_s": _round(max(steady)) if steady else None,
+        "gc_pause_s": _round(meter.gc.seconds, 4),
+        "gc_pauses": meter.gc.count,
+        "gc_longest_pause_s": _round(meter.gc.longest_s, 4),
+    }
+
+
+def optimizer_figures(run: Run) -> dict[str, Any]:
+    """The optimizer's sharding and the state it holds: this rank's, and summed over ranks
+    (collective)."""
+    local = optimizer_state_bytes(run.optimizer)
+    total = run.cluster.agree_sum([float(local)])[0]
+    return {
+        "shard": shard_scope(run.config.optim.shard, run.cluster.world),
+        "state_bytes": local,
+        "state_bytes_all_ranks": int(total),
     }
 
 
@@ -112,6 +142,7 @@ def build_summary(
         "nnodes": world.num_nodes,
         "restarts": world.restart_count,
         **step_figures(run),
+        "optimizer": optimizer_figures(run),
         "checkpoints": checkpoint_figures(run),
         "recovery": recovery_figures(run),
         "cache": cache,

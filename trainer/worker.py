@@ -7,7 +7,9 @@ the collective smoke test runs right after joining.
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +38,7 @@ from .preflight import (
 from .records import RunRecords
 from .rng import seed_everything
 from .schedule import CheckpointSchedule
+from .sharding import build_optimizer, shard_scope
 from .summary import build_summary
 from .world import World
 
@@ -76,12 +79,33 @@ def run_worker(config: TrainerConfig, world: World, started_wall: float) -> dict
         timeline.mark("build_and_resume")
         feed.before_new_epoch = lambda: wait_for_checkpoint(run)
         feed.may_fork = lambda: not run.checkpointer.busy
-        train(run)
+        freeze_heap()
+        gc.callbacks.append(run.meter.gc)
+        try:
+            train(run)
+        finally:
+            gc.callbacks.remove(run.meter.gc)
         return build_summary(run, report, feed.cache_counters(), manifest_path)
     finally:
         feed.close()
         records.close()
         cluster.leave()
+
+
+def freeze_heap() -> None:
+    """Take everything built so far (torch, pyarrow, the manifest, the model) out of the cyclic
+    garbage collector's reach, once, before the first step.
+
+    A full collection walks every tracked object; with the heap of a set-up trainer that
+    stalled a step for more than a second (seen in the loader benchmark). Frozen objects are
+    never collected (they live as long as the run anyway); what the steps allocate is still
+    collected, and those pauses are counted (``gc_pause_s`` in the summary). There is no
+    ``gc.collect()`` first: that one full collection costs what freezing avoids (0.8-1.6 s
+    before the first step in the benchmark, two ranks on two busy cores), and the few cycles
+    it would free are kept instead. Forked DataLoader workers also leave the frozen objects'
+    pages shared instead of copying them when their collector would touch them.
+    """
+    gc.freeze()
 
 
 def wait_for_checkpoint(run: Run) -> None:
@@ -115,13 +139,29 @@ def measure_flops(module: nn.Module, probe: Batch, batch_size: int, device: torc
 def wrap_model(
     module: nn.Module, cluster: Cluster, config: TrainerConfig
 ) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """The DDP-wrapped model and its AdamW optimizer."""
+    """The DDP-wrapped model and its AdamW optimizer (sharded as ``optim.shard`` says)."""
     device_ids = [cluster.device.index] if cluster.device.type == "cuda" else None
     model = DistributedDataParallel(module, device_ids=device_ids)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.optim.lr, weight_decay=config.optim.weight_decay
-    )
-    return model, optimizer
+    scope = shard_scope(config.optim.shard, cluster.world)
+    return model, build_optimizer(model, config.optim, scope, cluster.world)
+
+
+def settle_buckets(model: nn.Module, loss: Callable[[], torch.Tensor]) -> None:
+    """One forward and backward through DDP before the first step, gradients dropped.
+
+    DDP's first backward reduces gradients in buckets of reverse parameter order, then
+    rebuilds the buckets in the order the gradients became ready. With more than two ranks an
+    all-reduce adds an element's contributions in an order that depends on its place in the
+    bucket, so without this the first step of a fresh attempt and of a resumed one would sum
+    differently in the last bits, and a resumed run would drift from an uninterrupted one
+    (seen with 4 gloo ranks). After it, every step of every attempt uses the rebuilt buckets.
+    Run in eval mode, so no normalization statistics move.
+    """
+    training = model.training
+    model.eval()
+    loss().backward()  # type: ignore[no-untyped-call]
+    model.zero_grad(set_to_none=True)
+    model.train(training)
 
 
 def build_run(
@@ -138,6 +178,7 @@ def build_run(
     module.to(cluster.device)
     flops = measure_flops(module, probe, config.loader.batch_size, cluster.device)
     model, optimizer = wrap_model(module, cluster, config)
+    settle_buckets(model, lambda: batch_loss(model, probe, cluster.device))
     store = CheckpointStore(config.checkpoints_dir / str(config.run_name))
     checkpointer = Checkpointer(
         store, config.checkpoint, cluster.checkpoint_group, world.is_coordinator

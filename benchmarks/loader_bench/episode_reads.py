@@ -199,20 +199,27 @@ def measure_loop(p: Params, corpus: Corpus, folder: Path) -> dict[str, Any]:
         worker_init_fn=seed_worker,
     )
     load_before = os.getloadavg()[0]
-    with _frozen_heap() as pauses, BatchStream(loader) as batches:
-        waits, computes, parameters = _train(p, batches)
-    wait, compute = sum(waits), sum(computes)
+    with _frozen_heap() as pauses, BatchStream(loader, prefetch=p.stream_batches) as batches:
+        loop = _train(p, batches)
+    waits, computes = loop.waits, loop.computes
+    wait, compute, release = sum(waits), sum(computes), sum(loop.releases)
     return {
         "data_wait_fraction": wait / (wait + compute),
+        # what the wait was when the previous batch was released inside next() (before)
+        "data_wait_fraction_with_release": (wait + release) / (wait + compute),
+        "release_ms_median": 1e3 * statistics.median(loop.releases),
         "step_ms": 1e3 * (wait + compute) / len(waits),
         "wait_ms_median": 1e3 * statistics.median(waits),
         "wait_ms_p90": 1e3 * float(np.percentile(waits, 90)),
         "wait_ms_max": 1e3 * max(waits),
         "loop_samples_per_s": p.batch_size * len(waits) / (wait + compute),
         "model_samples_per_s": p.batch_size * len(computes) / compute,
-        "model_parameters": parameters,
+        "model_parameters": loop.parameters,
         "load_average_1m": [load_before, os.getloadavg()[0]],
         "gc_pause_ms": pauses.seconds * 1e3,
+        "gc_pauses": pauses.count,
+        "gc_full_collections": pauses.full,
+        "gc_longest_pause_ms": pauses.longest_s * 1e3,
     }
 
 
@@ -237,19 +244,38 @@ class _GcPauses:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.count = 0
+        self.longest_s = 0.0
+        self.full = 0  # collections of the oldest generation
         self._started = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
             self._started = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._started
+            return
+        pause = time.perf_counter() - self._started
+        self.seconds += pause
+        self.count += 1
+        self.longest_s = max(self.longest_s, pause)
+        self.full += info.get("generation") == 2
 
 
-def _train(p: Params, batches: BatchStream) -> tuple[list[float], list[float], int]:
-    """Seconds waiting for each batch and computing its step, after the warm-up steps."""
-    waits: list[float] = []
-    computes: list[float] = []
+@dataclass
+class _Loop:
+    """Per step after the warm-up: seconds blocked in ``next()``, computing (the release
+    included), and releasing the batch."""
+
+    waits: list[float]
+    computes: list[float]
+    releases: list[float]
+    parameters: int
+
+
+def _train(p: Params, batches: BatchStream) -> _Loop:
+    """Train ``warmup_steps + steps`` steps on ``batches``. A step ends by dropping its batch
+    (its shared memory is released then), as the trainer's does, so the wait is only the time
+    the loop is blocked on the next batch; the release is timed on its own too."""
+    loop = _Loop([], [], [], 0)
     model: PinnedPolicy | None = None
     optimizer: torch.optim.Optimizer | None = None
     for step in range(p.warmup_steps + p.steps):
@@ -264,11 +290,15 @@ def _train(p: Params, batches: BatchStream) -> tuple[list[float], list[float], i
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
+        stepped = time.perf_counter()
+        del batch, loss
         if step >= p.warmup_steps:
-            waits.append(got - started)
-            computes.append(time.perf_counter() - got)
+            loop.waits.append(got - started)
+            loop.computes.append(time.perf_counter() - got)
+            loop.releases.append(time.perf_counter() - stepped)
     assert model is not None
-    return waits, computes, sum(x.numel() for x in model.parameters())
+    loop.parameters = sum(x.numel() for x in model.parameters())
+    return loop
 
 
 def measure_loader(p: Params, folder: Path, note: Note) -> dict[str, Any]:

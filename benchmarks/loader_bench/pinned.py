@@ -34,6 +34,7 @@ class Params:
     batch_size: int = 32
     workers: int = 1
     prefetch_factor: int = 4
+    stream_batches: int = 2  # taken off the worker queue by BatchStream's thread, ahead
     warmup_steps: int = 10  # until the prefetch queue is full and the readers are open
     model_threads: int = 1
     model_channels: tuple[int, ...] = (64, 128, 256, 256)

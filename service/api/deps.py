@@ -1,18 +1,28 @@
-"""Dependencies shared by the routes, as ``Annotated`` aliases."""
+"""Dependencies shared by the routes, as ``Annotated`` aliases.
+
+They are ``async`` so that they never wait for a worker thread: a request whose token is
+cached is authenticated on the event loop, even while every worker thread is busy.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.auth import Principal, authenticate
+from service.auth import Principal, TokenCache
 from service.context import ServiceContext
 from service.tokens import Scope
 
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="A token from `quarry tokens create` (the CLI uses the local admin token).",
+)
 
-def get_context(request: Request) -> ServiceContext:
+
+async def get_context(request: Request) -> ServiceContext:
     context: ServiceContext = request.app.state.context
     return context
 
@@ -20,12 +30,13 @@ def get_context(request: Request) -> ServiceContext:
 Context = Annotated[ServiceContext, Depends(get_context)]
 
 
-def _requires(scope: Scope) -> Callable[..., Principal]:
-    def dependency(
-        context: Context, authorization: Annotated[str | None, Header()] = None
+def _requires(scope: Scope) -> Callable[..., Awaitable[Principal]]:
+    async def dependency(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> Principal:
-        with context.connect() as conn:
-            principal = authenticate(conn, authorization)
+        tokens: TokenCache = request.app.state.tokens
+        principal = await tokens.authenticate(credentials.credentials if credentials else None)
         principal.require(scope)
         return principal
 

@@ -3,22 +3,87 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
+
+from service.curation.filters import CurationFilters
 
 MAX_SQL_CHARS = 64 * 1024
+MAX_LABELS = 1000
+NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
 
 
 class CurationCreate(BaseModel):
-    """A curation: SQL over the curation views, and how samples are cut."""
+    """A curation: SQL over the curation views or structured filters (exactly one), and how
+    samples are cut. ``mode: async`` (or ``?async=true``) queues it as a job."""
 
-    sql: str = Field(
-        min_length=1, max_length=MAX_SQL_CHARS, examples=["SELECT * FROM episodes WHERE success"]
+    sql: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SQL_CHARS,
+        examples=["SELECT * FROM episodes WHERE success"],
+    )
+    filters: CurationFilters | None = Field(
+        default=None, description="compiled to SQL, which then passes the same guard"
     )
     sample_spec: dict[str, Any] | None = Field(
         default=None, description="SampleSpec fields; omitted ones take their defaults"
     )
+    mode: Literal["sync", "async"] = "sync"
+
+    @model_validator(mode="after")
+    def _one_query(self) -> CurationCreate:
+        if (self.sql is None) == (self.filters is None):
+            raise ValueError("give exactly one of `sql` and `filters`")
+        return self
+
+
+class CurationPreviewCreate(BaseModel):
+    """A curation to preview (the same fields as a curation, never built)."""
+
+    sql: str | None = Field(default=None, min_length=1, max_length=MAX_SQL_CHARS)
+    filters: CurationFilters | None = None
+    sample_spec: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one_query(self) -> CurationPreviewCreate:
+        if (self.sql is None) == (self.filters is None):
+            raise ValueError("give exactly one of `sql` and `filters`")
+        return self
+
+
+class PreviewTotals(BaseModel):
+    episodes: int
+    slices: int
+    hours: float = Field(description="log time, hours")
+    samples: int
+
+
+class PreviewGroup(PreviewTotals):
+    robot_id: str
+    task_id: str
+
+
+class PreviewPublic(BaseModel):
+    sql: str = Field(description="the normalized SQL a build would run and record")
+    snapshot_id: int
+    sample_spec: dict[str, Any]
+    totals: PreviewTotals
+    groups: list[PreviewGroup]
+
+
+class JobPublic(BaseModel):
+    id: str
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    author: str
+    cancel_requested: bool
+    result: dict[str, Any] | None = Field(description="the curation, once succeeded")
+    error: dict[str, Any] | None = Field(description="kind, detail and context, once failed")
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    url: str
 
 
 class CurationPublic(BaseModel):
@@ -53,3 +118,89 @@ class ManifestDetail(ManifestPublic):
 class ManifestPage(BaseModel):
     items: list[ManifestPublic]
     next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class RebuildPublic(BaseModel):
+    manifest_id: str
+    rebuilt_id: str = Field(description="SHA-256 of the rebuilt bytes")
+    identical: bool
+    snapshot_id: int
+    rows: int
+    samples: int
+
+
+class ManifestRef(BaseModel):
+    id: str
+    rows: int
+    samples: int
+    snapshot_id: int
+    author: str
+    created_at: datetime
+
+
+class ManifestEpisode(BaseModel):
+    episode_id: str
+    pipeline_version: int
+    schema_version: int
+    robot_sw_version: str
+    status: str
+
+
+class ManifestEpisodePage(BaseModel):
+    manifest_id: str
+    items: list[ManifestEpisode]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class EpisodeManifests(BaseModel):
+    episode_id: str
+    manifests: list[ManifestRef]
+
+
+class LabelCreate(BaseModel):
+    """A label; with ``start_ns`` and ``end_ns`` (log time, integer nanoseconds, inside the
+    episode) it labels the segment ``[start_ns, end_ns)``."""
+
+    key: str = Field(min_length=1, max_length=200, pattern=NO_NUL, examples=["phase"])
+    value: str = Field(max_length=1000, pattern=NO_NUL, examples=["grasp"])
+    start_ns: int | None = None
+    end_ns: int | None = None
+
+    @model_validator(mode="after")
+    def _segment(self) -> LabelCreate:
+        if (self.start_ns is None) != (self.end_ns is None):
+            raise ValueError("give both start_ns and end_ns, or neither")
+        if self.start_ns is not None and self.end_ns is not None and self.end_ns <= self.start_ns:
+            raise ValueError("end_ns must be greater than start_ns")
+        return self
+
+
+class LabelsCreate(BaseModel):
+    labels: list[LabelCreate] = Field(min_length=1, max_length=MAX_LABELS)
+
+
+class LabelPublic(BaseModel):
+    id: int
+    episode_id: str
+    key: str
+    value: str
+    start_ns: int | None
+    end_ns: int | None
+    author: str
+    created_at: datetime
+
+
+class EpisodeLabels(BaseModel):
+    episode_id: str
+    labels: list[LabelPublic]
+
+
+class RetractCreate(BaseModel):
+    reason: str = Field(default="", max_length=1000, pattern=NO_NUL)
+
+
+class RetractionPublic(BaseModel):
+    episode_id: str
+    status: Literal["retracted"]
+    already_retracted: bool
+    manifests: list[ManifestRef] = Field(description="existing manifests that hold the episode")

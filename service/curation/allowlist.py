@@ -142,6 +142,7 @@ ALLOWED_FUNCTIONS: frozenset[type[exp.Expr]] = frozenset(
         exp.Left,
         exp.Right,
         exp.Replace,
+        exp.Split,
         exp.MD5,
         exp.SHA,
         exp.SHA2,

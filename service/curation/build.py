@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,15 +18,19 @@ from sqlglot import exp
 
 from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
-from manifests.build import build_manifest
+from manifests.build import ManifestInfo, build_manifest
 from manifests.meta import ManifestMeta
-from service.curation.compose import compose, probe_query
+from service.curation.cancel import CancelScope
+from service.curation.compose import compose, probe_query, stats_query, topics_query
 from service.curation.guard import CheckedQuery, CurationRefusedError, check_curation
 from warehouse.base import CURATION_VIEWS
 from warehouse.changes import Position
+from warehouse.errors import QueryError
 
 CURATION_RELATIONS = frozenset(CURATION_VIEWS)
-# Views the manifest query reads besides the curation's own (see compose and _stats_query).
+#: Row cap of the service's own queries around a curation (see ``run_query``).
+INTERNAL_MAX_ROWS = 1_000_000
+# Views the manifest query reads besides the curation's own (see compose.stats_query).
 READ_BY_BUILD = frozenset({"episodes", "episode_stats"})
 
 
@@ -78,10 +83,33 @@ class CurationResult:
 
 
 def parse_spec(raw: dict[str, Any] | None) -> SampleSpec:
+    """The sample spec of a request; a bad one is a refused curation."""
+    if "\\u0000" in json.dumps(raw):  # the registry (Postgres jsonb) cannot hold NUL
+        raise CurationRefusedError(
+            "bad sample_spec: it contains a NUL character", reason="sample_spec"
+        )
     try:
         return SampleSpec.from_dict(raw if raw is not None else {})
     except EpisodeError as error:
         raise CurationRefusedError(f"bad sample_spec: {error}", reason="sample_spec") from None
+
+
+def check_request(request: CurationRequest) -> tuple[CheckedQuery, SampleSpec]:
+    """The guard's verdict on the request's SQL, and its parsed sample spec."""
+    return check_curation(request.sql, CURATION_RELATIONS), parse_spec(request.sample_spec)
+
+
+def pin(checked: CheckedQuery, source: CurationSource) -> tuple[int, int]:
+    """The snapshot a curation reads (the current one) and its data version there (the last
+    snapshot that changed anything the manifest query reads).
+
+    The version names the data in the reuse key: unrelated commits do not change it. The
+    build reads, and the manifest records, the current snapshot itself: it exists now and
+    stays while a manifest references it, whereas the version may be an old snapshot that
+    maintenance has already expired (nothing referenced it and its data did not change).
+    """
+    current = source.current_snapshot()
+    return current, source.data_version(checked.relations | READ_BY_BUILD, at=current)
 
 
 def run_curation(
@@ -90,41 +118,60 @@ def run_curation(
     conn: psycopg.Connection[Any],
     manifest_dir: Path,
     limits: CurationLimits,
+    scope: CancelScope | None = None,
 ) -> CurationResult:
-    """Build (or reuse) the manifest of ``request`` and register it in Postgres."""
-    checked = check_curation(request.sql, CURATION_RELATIONS)
-    spec = parse_spec(request.sample_spec)
-    # Query the current snapshot, but name the data by its version: the last snapshot that
-    # changed what the query reads. The rows at both are the same; the version is stable.
-    current = source.current_snapshot()
-    version = source.data_version(checked.relations | READ_BY_BUILD, at=current)
+    """Build (or reuse) the manifest of ``request`` and register it in Postgres. A cancelled
+    ``scope`` stops the build at its next query (or interrupts the running one)."""
+    checked, spec = check_request(request)
+    snapshot, version = pin(checked, source)
     key = reuse_key(checked, spec, version)
     existing = _find_reusable(conn, key)
     if existing is not None:
         return existing
-    table, norm_stats, cameras = _query(checked, spec, source, current, limits)
-    if spec.cameras is None and cameras:
-        spec = replace(spec, cameras=cameras)
-    position = source.position(at=version)
-    meta = ManifestMeta(
-        sql=checked.normalized,
-        sample_spec=spec.to_dict(),
-        snapshot_id=version,
-        cdc_position=position.to_json() if position is not None else None,
-        norm_stats=norm_stats,
-    )
-    info = build_manifest(table, meta, manifest_dir)
+    info, meta, episode_ids = build_at(checked, spec, snapshot, source, limits, manifest_dir, scope)
     result = CurationResult(
         info.manifest_id,
         info.num_rows,
         info.num_samples,
         info.size_bytes,
-        version,
+        snapshot,
         False,
         info.path,
     )
-    _register(conn, result, meta, key, request.author, table)
+    if scope is not None:
+        scope.check()
+    _register(conn, result, meta, key, request.author, episode_ids)
     return result
+
+
+def build_at(
+    checked: CheckedQuery,
+    spec: SampleSpec,
+    snapshot: int,
+    source: CurationSource,
+    limits: CurationLimits,
+    out_dir: Path,
+    scope: CancelScope | None = None,
+) -> tuple[ManifestInfo, ManifestMeta, list[str]]:
+    """Query the curation at ``snapshot`` and write its manifest under ``out_dir``; the same
+    arguments over the same warehouse give the same bytes. Returns the manifest, its
+    metadata and its episode ids."""
+    table, norm_stats, cameras = _query(checked, spec, source, snapshot, limits, scope)
+    if spec.cameras is None and cameras:
+        spec = replace(spec, cameras=cameras)
+    position = source.position(at=snapshot)
+    meta = ManifestMeta(
+        sql=checked.normalized,
+        sample_spec=spec.to_dict(),
+        snapshot_id=snapshot,
+        cdc_position=position.to_json() if position is not None else None,
+        norm_stats=norm_stats,
+    )
+    if scope is not None:
+        scope.check()
+    info = build_manifest(table, meta, out_dir)
+    episode_ids = np.unique(table["episode_id"].to_numpy(zero_copy_only=False)).tolist()
+    return info, meta, episode_ids
 
 
 def reuse_key(checked: CheckedQuery, spec: SampleSpec, snapshot: int) -> str:
@@ -133,65 +180,57 @@ def reuse_key(checked: CheckedQuery, spec: SampleSpec, snapshot: int) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
+def run_query(
+    tree: exp.Expr,
+    source: CurationSource,
+    snapshot: int,
+    limits: CurationLimits,
+    scope: CancelScope | None = None,
+    *,
+    internal: bool = False,
+) -> pa.Table:
+    """One query of a curation at ``snapshot``, within ``limits``, stopped by ``scope``.
+
+    The row cap is the curation's for the manifest query; an ``internal`` query (the column
+    probe, statistics, topics, a preview's groups) has a few rows per field, rig or robot
+    and task by construction, and is held to :data:`INTERNAL_MAX_ROWS` instead.
+    """
+    if scope is not None:
+        scope.check()
+    try:
+        return source.query_arrow(
+            tree.sql(dialect="duckdb", comments=False),
+            snapshot_id=snapshot,
+            timeout_s=limits.timeout_s,
+            max_rows=INTERNAL_MAX_ROWS if internal else limits.max_rows,
+        )
+    except QueryError:
+        if scope is not None:
+            scope.check()  # an interrupt by cancel reads as a cancel, not a failed query
+        raise
+
+
 def _query(
     checked: CheckedQuery,
     spec: SampleSpec,
     source: CurationSource,
     snapshot: int,
     limits: CurationLimits,
+    scope: CancelScope | None,
 ) -> tuple[pa.Table, dict[str, Any], tuple[str, ...]]:
     def run(tree: exp.Expr) -> pa.Table:
-        return source.query_arrow(
-            tree.sql(dialect="duckdb", comments=False),
-            snapshot_id=snapshot,
-            timeout_s=limits.timeout_s,
-            max_rows=limits.max_rows,
-        )
+        return run_query(tree, source, snapshot, limits, scope, internal=True)
 
-    columns = run(probe_query(checked)).column_names
-    composed = compose(checked, columns)
-    table = run(composed.tree)
+    composed = compose(checked, run(probe_query(checked)).column_names)
+    table = run_query(composed.tree, source, snapshot, limits, scope)
     counts = spec.count_samples(
         table["start_ns"].to_numpy(zero_copy_only=False),
         table["end_ns"].to_numpy(zero_copy_only=False),
     )
     table = table.append_column("num_samples", pa.array(counts, type=pa.int64()))
     table = table.filter(pa.array(counts > 0))
-    stats = _norm_stats(run(_stats_query(composed.tree)))
-    return table, stats, _cameras(run(_topics_query(composed.tree)))
-
-
-def _stats_query(composed: exp.Select) -> exp.Select:
-    """One aggregate over the per-episode statistics of the curated episodes."""
-    ids = exp.select("episode_id").from_(composed.subquery("manifest"))
-    where = exp.cast(exp.column("episode_id"), exp.DataType.build("varchar")).isin(query=ids)
-    return (
-        exp.select(
-            "field",
-            "dim",
-            "sum(count) AS count",
-            "sum(sum) AS sum",
-            "sum(sum_sq) AS sum_sq",
-            "min(min) AS min",
-            "max(max) AS max",
-        )
-        .from_("episode_stats")
-        .where(where)
-        .group_by("field", "dim")
-        .order_by("field", "dim")
-    )
-
-
-def _topics_query(composed: exp.Select) -> exp.Select:
-    """The distinct topic lists of the curated episodes (one per camera rig, in practice)."""
-    ids = exp.select("episode_id").from_(composed.subquery("manifest"))
-    return (
-        exp.select("topics")
-        .distinct()
-        .from_("episodes")
-        .where(exp.column("id").isin(query=ids))
-        .order_by("topics")
-    )
+    stats = _norm_stats(run(stats_query(composed.tree)))
+    return table, stats, _cameras(run(topics_query(composed.tree)))
 
 
 def _cameras(rows: pa.Table) -> tuple[str, ...]:
@@ -234,9 +273,8 @@ def _register(
     meta: ManifestMeta,
     key: str,
     author: str,
-    table: pa.Table,
+    episode_ids: list[str],
 ) -> None:
-    episode_ids = np.unique(table["episode_id"].to_numpy(zero_copy_only=False)).tolist()
     with conn.transaction():
         inserted = conn.execute(
             "INSERT INTO manifests (id, reuse_key, sql, sample_spec, snapshot_id, cdc_position,"
@@ -262,3 +300,52 @@ def _register(
         with conn.cursor().copy(copy_sql) as copy:
             for episode_id in episode_ids:
                 copy.write_row((result.manifest_id, episode_id))
+
+
+@dataclass(frozen=True)
+class RebuildResult:
+    """A rebuild of a registered manifest at its pinned snapshot.
+
+    :param identical: whether the rebuilt bytes (so the ID) equal the original's.
+    """
+
+    manifest_id: str
+    rebuilt_id: str
+    identical: bool
+    snapshot_id: int
+    rows: int
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def rebuild_manifest(
+    manifest_id: str,
+    meta: ManifestMeta,
+    source: CurationSource,
+    work_dir: Path,
+    limits: CurationLimits,
+    scope: CancelScope | None = None,
+) -> RebuildResult:
+    """Rebuild manifest ``manifest_id`` from its recorded SQL and sample spec at its pinned
+    snapshot, in a temporary folder under ``work_dir`` that is removed afterwards."""
+    if not isinstance(meta.snapshot_id, int):
+        raise CurationRefusedError(
+            f"manifest {manifest_id} records no warehouse snapshot to rebuild at",
+            reason="no_snapshot",
+            manifest_id=manifest_id,
+        )
+    checked = check_curation(meta.sql, CURATION_RELATIONS)
+    spec = parse_spec(meta.sample_spec)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=work_dir, prefix=".rebuild-") as folder:
+        info, _, _ = build_at(checked, spec, meta.snapshot_id, source, limits, Path(folder), scope)
+    return RebuildResult(
+        manifest_id,
+        info.manifest_id,
+        info.manifest_id == manifest_id,
+        meta.snapshot_id,
+        info.num_rows,
+        info.num_samples,
+    )

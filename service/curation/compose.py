@@ -18,6 +18,8 @@ from service.curation.guard import CheckedQuery, CurationRefusedError
 EPISODES_VIEW = "episodes"
 CURATION = "curation"
 EPISODE = "episode"
+MANIFEST = "manifest"
+COUNTED = "counted"
 
 # Columns the manifest itself defines; a curation's own columns of these names are not extras.
 RESERVED = frozenset(
@@ -83,6 +85,80 @@ def compose(checked: CheckedQuery, columns: list[str]) -> ComposedQuery:
         .join(exp.to_table(EPISODES_VIEW).as_(EPISODE), on=join_on)
     )
     return ComposedQuery(tree, id_column, sliced, extras)
+
+
+def stats_query(composed: exp.Select) -> exp.Select:
+    """One aggregate over the per-episode statistics of the curated episodes."""
+    where = exp.cast(exp.column("episode_id"), exp.DataType.build("varchar")).isin(
+        query=_manifest_ids(composed)
+    )
+    return (
+        exp.select(
+            "field",
+            "dim",
+            "sum(count) AS count",
+            "sum(sum) AS sum",
+            "sum(sum_sq) AS sum_sq",
+            "min(min) AS min",
+            "max(max) AS max",
+        )
+        .from_("episode_stats")
+        .where(where)
+        .group_by("field", "dim")
+        .order_by("field", "dim")
+    )
+
+
+def topics_query(composed: exp.Select) -> exp.Select:
+    """The distinct topic lists of the curated episodes (one per camera rig, in practice)."""
+    return (
+        exp.select("topics")
+        .distinct()
+        .from_(EPISODES_VIEW)
+        .where(exp.column("id").isin(query=_manifest_ids(composed)))
+        .order_by("topics")
+    )
+
+
+def preview_query(composed: exp.Select, anchor_step_ns: int) -> exp.Select:
+    """Episodes, slices, log time (integer nanoseconds) and samples per (robot, task) of the
+    manifest ``composed`` would build, without building it. Samples count anchors every
+    ``anchor_step_ns`` in each slice, as ``SampleSpec.count_samples`` does; slices without a
+    sample are left out, as the build leaves them out."""
+    step = exp.Literal.number(anchor_step_ns)
+    span = exp.Greatest(
+        this=exp.Sub(this=_col(MANIFEST, "end_ns"), expression=_col(MANIFEST, "start_ns")),
+        expressions=[exp.Literal.number(0)],
+    )
+    samples = exp.IntDiv(
+        this=exp.Paren(
+            this=exp.Add(this=span, expression=exp.Sub(this=step, expression=exp.Literal.number(1)))
+        ),
+        expression=step.copy(),
+    )
+    counted = exp.select("*", samples.as_("num_samples")).from_(composed.subquery(MANIFEST))
+    join_on = exp.EQ(this=_col(EPISODE, "id"), expression=_col(COUNTED, "episode_id"))
+    return (
+        exp.select(
+            _col(EPISODE, "robot_id").as_("robot_id"),
+            _col(EPISODE, "task_id").as_("task_id"),
+            exp.Count(this=exp.Distinct(expressions=[_col(COUNTED, "episode_id")])).as_("episodes"),
+            exp.Count(this=exp.Star()).as_("slices"),
+            exp.Sum(
+                this=exp.Sub(this=_col(COUNTED, "end_ns"), expression=_col(COUNTED, "start_ns"))
+            ).as_("duration_ns"),
+            exp.Sum(this=_col(COUNTED, "num_samples")).as_("samples"),
+        )
+        .from_(counted.subquery(COUNTED))
+        .join(exp.to_table(EPISODES_VIEW).as_(EPISODE), on=join_on)
+        .where(exp.GT(this=_col(COUNTED, "num_samples"), expression=exp.Literal.number(0)))
+        .group_by(_col(EPISODE, "robot_id"), _col(EPISODE, "task_id"))
+        .order_by(_col(EPISODE, "robot_id"), _col(EPISODE, "task_id"))
+    )
+
+
+def _manifest_ids(composed: exp.Select) -> exp.Select:
+    return exp.select("episode_id").from_(composed.subquery(MANIFEST))
 
 
 def _col(table: str, name: str) -> exp.Column:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, SqlglotError
 
 from service.curation.allowlist import ALLOWED_FUNCTIONS, ALLOWED_NODES, REFUSED_WHY
 from service.errors import BadRequestError
@@ -54,6 +54,8 @@ def check_curation(sql: str, relations: frozenset[str]) -> CheckedQuery:
     """Parse ``sql`` and refuse anything but one SELECT over ``relations`` (lower-case names)."""
     if len(sql.encode()) > MAX_SQL_BYTES:
         raise _refuse(f"the query is longer than {MAX_SQL_BYTES} bytes", "size")
+    if "\x00" in sql:  # no database stores it in text: the registry could not record the query
+        raise _refuse("the query contains a NUL character", "syntax")
     tree = _parse_one(sql)
     if isinstance(tree, exp.Select) and not tree.expressions:
         raise _refuse("the query selects nothing", "syntax")
@@ -68,6 +70,8 @@ def _parse_one(sql: str) -> exp.Expr:
         statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except ParseError as error:
         raise _refuse(f"the query does not parse: {_first_error(error)}", "syntax") from None
+    except SqlglotError as error:  # the tokenizer's: unterminated quotes and strings
+        raise _refuse(f"the query does not parse: {error}", "syntax") from None
     if len(statements) != 1:
         raise _refuse(f"send exactly one statement, not {len(statements)}", "statements")
     return statements[0]
@@ -88,16 +92,35 @@ def _check_node(node: exp.Expr, relations: frozenset[str]) -> None:
         reason, why = REFUSED_WHY[kind]
         raise _refuse(f"{_describe(node)} is not allowed: {why}", reason, node)
     if kind in ALLOWED_NODES:
-        if isinstance(node, exp.Table):
-            _check_table(node, relations)
-        elif isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
-            raise _refuse(f"qualified column {node.sql()!r} is not allowed", "qualified_name", node)
+        _check_allowed_node(node, relations)
         return
     if kind in ALLOWED_FUNCTIONS:
         return
     if isinstance(node, exp.Func):
         raise _refuse(f"{_describe(node)} is not allowed", "function", node)
     raise _refuse(f"{_describe(node)} is not allowed in a curation", "node", node)
+
+
+def _check_allowed_node(node: exp.Expr, relations: frozenset[str]) -> None:
+    """The forms of allowed node types that are still refused."""
+    if isinstance(node, exp.Table):
+        _check_table(node, relations)
+    elif isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
+        raise _refuse(f"qualified column {node.sql()!r} is not allowed", "qualified_name", node)
+    elif isinstance(node, exp.With) and node.args.get("recursive"):
+        raise _refuse(
+            "recursive CTEs are not allowed: a curation reads the views, it does not generate rows",
+            "recursive",
+            node,
+        )
+    elif isinstance(node, exp.Join) and str(node.args.get("method") or "").upper() == (
+        "POSITIONAL"
+    ):
+        raise _refuse(
+            "POSITIONAL JOIN pairs rows by storage order, which is not reproducible",
+            "nondeterministic",
+            node,
+        )
 
 
 def _check_table(table: exp.Table, relations: frozenset[str]) -> None:

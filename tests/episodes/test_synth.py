@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from episodes._faults import _span
 from episodes.episode import ACTIONS, JOINT_POSITIONS
 from episodes.synth import FleetConfig, _kinematics, episode_id, synth_episode
 
@@ -56,3 +58,10 @@ def test_actions_follow_the_visible_target() -> None:
     cosine = commanded @ (target - effector)
     cosine /= np.linalg.norm(commanded) * np.linalg.norm(target - effector)
     assert cosine > 0.9
+
+
+@pytest.mark.parametrize("count", [8, 20, 45, 60, 300])
+def test_fault_spans_fit_short_episodes(count: int) -> None:
+    for seed in range(40):
+        span = _span(np.random.default_rng(seed), count, 15.0)
+        assert 0 <= span.start < span.stop <= count

@@ -6,6 +6,7 @@ import gc
 import os
 import pickle
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +187,108 @@ def test_batch_stream_stops_workers_when_left_early(episode_set, tmp_path: Path)
             break
     _, alive = psutil.wait_procs(workers, timeout=3)
     assert not alive
+
+
+def test_prefetching_stream_delivers_every_batch_in_order(episode_set, tmp_path: Path) -> None:
+    cfg = config(tmp_path, batch_size=3)
+    sampler = sampler_for(episode_set.good, seed=5)
+    expected = sampler.indices().tolist()
+    dataset = ManifestIterableDataset(episode_set.good, cfg, sampler)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=seed_worker)
+    before = {p.pid for p in psutil.Process().children()}
+    got = []
+    with BatchStream(loader, prefetch=2) as stream:
+        workers = new_children(before)
+        for batch in stream:
+            got += batch["sample_index"].tolist()
+        _, alive = psutil.wait_procs(workers, timeout=3)  # stopped at exhaustion
+    assert got == expected and not alive
+
+
+def test_prefetching_stream_raises_the_workers_error_after_the_batches_before_it(
+    episode_set, tmp_path: Path
+) -> None:
+    loader, order = fail_loader(episode_set, tmp_path)
+    before = {p.pid for p in psutil.Process().children()}
+    stream = BatchStream(loader, prefetch=3)
+    workers = new_children(before)
+    assert next(stream)["sample_index"].tolist() == order[:2]
+    with pytest.raises(BadEpisodeError, match="bad-episode"):
+        next(stream)
+    _, alive = psutil.wait_procs(workers, timeout=3)
+    assert not alive and list(stream) == []
+
+
+def test_prefetching_stream_keeps_the_error_object_and_its_type() -> None:
+    failure = KeyError("the third batch")
+
+    def batches() -> Iterator[int]:
+        yield 1
+        yield 2
+        raise failure
+
+    stream = BatchStream(batches(), prefetch=1)
+    assert [next(stream), next(stream)] == [1, 2]
+    with pytest.raises(KeyError) as caught:
+        next(stream)
+    assert caught.value is failure
+    with pytest.raises(StopIteration):
+        next(stream)
+
+
+class _Slow(Dataset[int]):
+    """Item ``i`` is ``i``, after ``seconds`` of work (a loader that takes time per batch)."""
+
+    def __init__(self, items: int, seconds: float) -> None:
+        self.items, self.seconds = items, seconds
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, index: int) -> int:
+        time.sleep(self.seconds)
+        return index
+
+
+def waits_while_computing(prefetch: int, compute_s: float) -> list[float]:
+    """Seconds blocked in ``next()`` per batch after the first, computing ``compute_s`` each."""
+    loader = DataLoader(_Slow(6, 0.05), batch_size=None, num_workers=0)
+    waits = []
+    with BatchStream(loader, prefetch=prefetch) as stream:
+        next(stream)
+        for _ in range(5):
+            time.sleep(compute_s)  # the step: the thread takes the next batch meanwhile
+            started = time.perf_counter()
+            next(stream)
+            waits.append(time.perf_counter() - started)
+    return waits
+
+
+def test_prefetching_stream_takes_batches_while_the_step_computes() -> None:
+    assert min(waits_while_computing(prefetch=0, compute_s=0.1)) >= 0.045
+    assert sorted(waits_while_computing(prefetch=2, compute_s=0.1))[2] < 0.02  # median
+
+
+def test_prefetching_stream_left_early_or_dropped_stops_its_thread_and_workers(
+    episode_set, tmp_path: Path
+) -> None:
+    dataset = ManifestDataset(episode_set.good, config(tmp_path))
+    for leave in ("break", "drop"):
+        loader = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=collate_samples)
+        before = {p.pid for p in psutil.Process().children()}
+        stream = BatchStream(loader, prefetch=2)
+        workers = new_children(before)
+        thread = stream._thread
+        assert thread is not None
+        next(stream)
+        if leave == "break":
+            stream.close()
+        else:
+            del stream
+            gc.collect()
+        thread.join(5)
+        _, alive = psutil.wait_procs(workers, timeout=5)
+        assert not alive and not thread.is_alive(), leave
 
 
 class _Draws(Dataset[int]):

@@ -81,7 +81,64 @@ HOSTILE = [
     ("SELECT count(*) FROM range(1000000000000)", "table_function"),
     ("SELECT", "syntax"),
     ("SELEC * FROM episodes", "syntax"),
+    ('SELECT * FROM "episodes', "syntax"),  # unterminated quotes fail in the tokenizer
+    ("SELECT id FROM episodes WHERE task_id = 'pick", "syntax"),
+    ('"\u00f6', "syntax"),
+    ("SELECT id FROM episodes WHERE task_id = 'a\x00'", "syntax"),  # NUL: no text column holds it
     ("", "statements"),
+    # More table functions: other scanners, catalog and settings listings.
+    ("SELECT * FROM generate_series(1, 100)", "table_function"),
+    ("SELECT * FROM postgres_scan('host=/tmp', 'public', 'api_tokens')", "table_function"),
+    ("SELECT * FROM sqlite_scan('x.db', 't')", "table_function"),
+    ("SELECT * FROM read_blob('/etc/passwd')", "table_function"),
+    ("SELECT * FROM read_csv_auto('/etc/passwd')", "table_function"),
+    ("SELECT * FROM parquet_scan('/x.parquet')", "table_function"),
+    ("SELECT * FROM iceberg_scan('s3://b/t')", "table_function"),
+    ("SELECT * FROM ducklake_snapshots('wh')", "table_function"),
+    ("SELECT * FROM wh.snapshots()", "table_function"),
+    ("SELECT * FROM duckdb_secrets()", "table_function"),
+    ("SELECT * FROM query_table('episodes')", "table_function"),
+    # Catalog, schema and database names, quoted or not.
+    ("SELECT * FROM mirror.episodes", "qualified_name"),
+    ('SELECT * FROM "wh"."main"."episodes"', "qualified_name"),
+    ("SELECT * FROM quarry_catalog.public.ducklake_snapshot", "qualified_name"),
+    ('SELECT * FROM "__ducklake_metadata_wh"."ducklake_snapshot"', "qualified_name"),
+    ("SELECT * FROM pg_catalog.pg_authid", "qualified_name"),
+    ("SELECT e.id FROM episodes e WHERE wh.main.episodes.success", "qualified_name"),
+    ('SELECT * FROM "/etc/passwd"', "relation"),
+    # postgres_query and friends, in every position.
+    ("SELECT postgres_execute('wh', 'DROP TABLE episodes')", "function"),
+    ("CALL postgres_execute('wh', 'DROP TABLE episodes')", "statement"),
+    (
+        "SELECT id FROM episodes WHERE id IN (SELECT * FROM postgres_query('wh', 'SELECT 1'))",
+        "table_function",
+    ),
+    ("SELECT current_database()", "function"),
+    ("SELECT version()", "function"),
+    ("SELECT load_extension('x')", "function"),
+    ("SELECT getvariable('x')", "function"),
+    # Several statements, however they are hidden.
+    ("SELECT 1 AS id; -- x\n; DROP TABLE episodes", "statements"),
+    ("SELECT id FROM episodes;\nATTACH 'x.db'", "statements"),
+    ("/* a */ SELECT id FROM episodes /* b */; /* c */ COPY episodes TO '/tmp/x'", "statements"),
+    # Statements that are not queries.
+    ("CHECKPOINT", "statement"),
+    ("DETACH wh", "statement"),
+    ("USE wh", "statement"),
+    ("DESCRIBE episodes", "statement"),
+    ("SET VARIABLE x = 1", "statement"),
+    ("EXPORT DATABASE '/tmp/x'", "syntax"),
+    # Runaway queries the guard can see: generated rows, recursion, huge strings, sampling.
+    (
+        "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT n AS id FROM r",
+        "recursive",
+    ),
+    ("SELECT unnest(range(1000000000000)) AS id", "function"),
+    ("SELECT repeat('x', 1000000000) AS id FROM episodes", "function"),
+    ("SELECT * FROM episodes USING SAMPLE 10", "node"),
+    ("SELECT * FROM episodes e POSITIONAL JOIN episodes f", "nondeterministic"),
+    ("SELECT * FROM episodes WHERE id = $1", "node"),
+    ("SELECT * FROM episodes AT (TIMESTAMP => TIMESTAMP '2026-01-01')", "time_travel"),
 ]
 
 

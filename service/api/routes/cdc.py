@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from cdc.debezium import apply_debezium
 from cdc.errors import EventError, SourceConflictError
 from service.api.deps import Admin, Context
+from service.api.problems import problem_responses
 from service.errors import ServiceError
 
 router = APIRouter(prefix="/v1/cdc", tags=["cdc"])
@@ -60,11 +61,7 @@ class ConflictingSourceError(ServiceError):
 
 @router.post(
     "/debezium",
-    responses={
-        400: {"description": "not JSON, or too large"},
-        409: {"description": "the warehouse follows another source"},
-        422: {"description": "a malformed event (index and field given); nothing applied"},
-    },
+    responses=problem_responses(400, 409, 413, 422),
 )
 async def debezium(request: Request, context: Context, _: Admin) -> DebeziumAccepted:
     """Apply one Debezium change event, or a JSON array of them, in one warehouse commit.

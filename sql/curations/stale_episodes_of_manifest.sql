@@ -1,0 +1,12 @@
+-- Lineage: the episodes of one manifest that were processed by an older pipeline and need
+-- reprocessing before the manifest is rebuilt. Set the manifest id and the pipeline version
+-- below (GET /v1/manifests/{id}/episodes?pipeline_version_below=N answers the same from the
+-- registry, retracted episodes included).
+WITH params AS (
+    SELECT '<manifest_id>' AS manifest_id, 2 AS pipeline_version_below
+)
+SELECT e.id, e.pipeline_version, e.robot_id, e.task_id
+FROM episodes AS e
+JOIN manifest_episodes AS me ON me.episode_id = e.id
+JOIN params AS p ON me.manifest_id = p.manifest_id
+WHERE e.pipeline_version < p.pipeline_version_below

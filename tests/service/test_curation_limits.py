@@ -1,0 +1,79 @@
+"""The engine's side of the guard: a query the guard lets through but that runs away is stopped
+by the time limit (408), a result over the row cap is refused (422), a query over the memory
+limit fails cleanly; all as problem documents. The limits come from Settings, as in
+production; the app is the real one, run in-process against the session stack."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import CurationConfig
+from service.stack import Stack
+from tests.fixtures.curation import RUNAWAY_SQL
+from tests.fixtures.stack import CORPUS_EPISODES
+
+PROBLEM = "application/problem+json"
+TIMEOUT_S = 1.0
+MAX_ROWS = CORPUS_EPISODES - 1
+
+
+@pytest.fixture(scope="module")
+def limited(corpus: Stack) -> Iterator[TestClient]:
+    """The service app with a 1 s query time limit, a row cap below the corpus and a small
+    memory limit."""
+    limits = CurationConfig(timeout_s=TIMEOUT_S, max_rows=MAX_ROWS, memory_limit="64MB")
+    settings = corpus.settings.model_copy(update={"curation": limits})
+    token = corpus.paths.admin_token.read_text().strip()
+    with TestClient(create_app(settings)) as client:
+        client.headers["Authorization"] = f"Bearer {token}"
+        yield client
+
+
+def test_runaway_query_is_stopped_by_the_time_limit(limited: TestClient) -> None:
+    started = time.monotonic()
+    response = limited.post("/v1/curations", json={"sql": RUNAWAY_SQL})
+    elapsed = time.monotonic() - started
+    assert response.status_code == 408, response.text
+    assert response.headers["content-type"] == PROBLEM
+    assert response.json()["timeout_s"] == TIMEOUT_S
+    assert elapsed < TIMEOUT_S + 5
+
+
+def test_runaway_preview_is_stopped_too(limited: TestClient) -> None:
+    response = limited.post("/v1/curations/preview", json={"sql": RUNAWAY_SQL})
+    assert response.status_code == 408
+    assert response.headers["content-type"] == PROBLEM
+
+
+def test_row_cap_is_a_422(limited: TestClient) -> None:
+    # A curation no other test builds: an existing manifest would be reused, not queried.
+    sql = "SELECT id, steps AS row_cap_probe FROM episodes"
+    response = limited.post("/v1/curations", json={"sql": sql})
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == PROBLEM
+    assert response.json()["max_rows"] == MAX_ROWS
+    fits = limited.post("/v1/curations", json={"sql": f"{sql} LIMIT {MAX_ROWS}"})
+    assert fits.status_code == 201, fits.text
+
+
+def test_memory_limit_is_enforced_by_the_engine(limited: TestClient) -> None:
+    # Aggregating a ~10^6-row cross join into strings needs far more than 64 MB.
+    sql = (
+        "SELECT a.episode_id AS id, string_agg(a.field || b.field || c.field, ',') AS s "
+        "FROM episode_stats a, episode_stats b, episode_stats c GROUP BY a.episode_id"
+    )
+    response = limited.post("/v1/curations", json={"sql": sql})
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == PROBLEM
+    assert "out of memory" in response.json()["detail"].lower()
+
+
+def test_service_stays_healthy_after_limits(limited: TestClient) -> None:
+    assert limited.get("/healthz").status_code == 200
+    response = limited.post("/v1/curations", json={"sql": "SELECT id FROM episodes LIMIT 1"})
+    assert response.status_code == 201
