@@ -27,17 +27,27 @@ class Daemon:
         return [sys.executable, "-m", "service.cli", *self.args]
 
     def spawn(self) -> int:
-        """Start the process in its own session (it outlives ``quarry up``); return its pid."""
+        """Start the process in its own session (it outlives ``quarry up``); return its pid.
+
+        Output is unbuffered and a crash in native code (SIGSEGV, SIGBUS, SIGABRT) dumps the
+        Python stack into the log, so a daemon that dies while starting always leaves a trace.
+        """
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
         with self.log.open("ab") as log:
             process = subprocess.Popen(
                 self.argv(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=env,
                 start_new_session=True,
             )
+        _spawned[process.pid] = process  # kept, so the exit status stays ours to read
         return process.pid
+
+
+_spawned: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def is_alive(pid: int | None, marker: str) -> bool:
@@ -51,6 +61,24 @@ def is_alive(pid: int | None, marker: str) -> bool:
         return any(marker in part for part in process.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+
+
+def exit_status(pid: int) -> str | None:
+    """How ``pid`` ended, when it is an exited child of this process ("exit code 1", "killed
+    by SIGKILL"); None when it runs, is not our child, or was already reaped."""
+    if pid in _spawned:
+        code = _spawned[pid].poll()
+        if code is None:
+            return None
+    else:
+        try:
+            reaped, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if reaped == 0:
+            return None
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
 def terminate(pid: int | None, marker: str, *, timeout_s: float = 15.0) -> None:

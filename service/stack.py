@@ -143,7 +143,7 @@ class Stack:
             def guarded() -> T | None:
                 if not processes.is_alive(pid, self._marker()):
                     raise StackError(
-                        f"the service exited while starting:\n{_tail(log)}",
+                        f"the service exited while starting{_how(pid)}:\n{_tail(log)}",
                         part="service",
                         log=str(log),
                     )
@@ -161,7 +161,7 @@ class Stack:
         def streaming() -> bool | None:
             if not processes.is_alive(pid, self._marker()):
                 raise StackError(
-                    f"the CDC follower exited while starting:\n{_tail(log)}",
+                    f"the CDC follower exited while starting{_how(pid)}:\n{_tail(log)}",
                     part="cdc",
                     log=str(log),
                 )
@@ -245,10 +245,16 @@ def _ready(url: str | None) -> bool | None:
         return None
 
 
+def _how(pid: int) -> str:
+    status = processes.exit_status(pid)
+    return f" ({status})" if status else ""
+
+
 def _tail(path: Path, lines: int = 20) -> str:
     if not path.exists():
         return "(no log)"
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return text or f"({path} is empty)"
 
 
 def _wait_for(probe: Callable[[], T | None], timeout_s: float, what: str, log: Path) -> T:

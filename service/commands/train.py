@@ -106,6 +106,11 @@ def train(
     # Ask the service first: an unknown ID is a clear error here, not a torchrun restart loop.
     ServiceClient.for_state(settings).get_json(f"/v1/manifests/{manifest_id}")
     config = trainer_config(settings, manifest_id, config_file, overrides, values)
+    if config.run_name is None and config.launch.nnodes != "1":
+        raise click.UsageError(
+            "a job on several nodes needs --run-name: every node's command must name the same "
+            "run so that their agents meet"
+        )
     config = with_run_name(config)
     # With --json, stdout carries only the result; torchrun's output goes to a log file.
     log = settings.paths.logs / f"train-{config.run_name}.log" if as_json else None

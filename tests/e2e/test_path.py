@@ -48,6 +48,15 @@ def test_train_on_unknown_manifest_fails_clearly(corpus: Stack) -> None:
     assert result.returncode != 0
 
 
+def test_train_on_several_nodes_needs_a_run_name(corpus: Stack) -> None:
+    state = corpus.paths.root
+    curation = run_json(state, "curate", "--sql", "SELECT * FROM episodes")
+    args = ("train", "--manifest", curation["manifest_id"], "--nnodes", "2", "--steps", "1")
+    result = run_quarry(state, *args, check=False)
+    assert result.returncode == 2
+    assert "--run-name" in result.stderr
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end(state: Path) -> None:
     try:
