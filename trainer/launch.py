@@ -46,9 +46,15 @@ def new_run_name(now: dt.datetime | None = None) -> str:
 
 
 def with_run_name(config: TrainerConfig) -> TrainerConfig:
-    """``config`` with ``run_name`` set (a fresh one when it had none)."""
+    """``config`` with ``run_name`` set (a fresh one when it had none).
+
+    :raises LaunchError: a job on several nodes without a name: each node's agent would make
+        up its own, and as torchrun's ``--rdzv-id`` the names would never meet.
+    """
     if config.run_name is not None:
         return config
+    if config.launch.nnodes != "1":
+        raise LaunchError("a job on several nodes needs a run_name that every node shares")
     return config.model_copy(update={"run_name": new_run_name()})
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,7 +24,9 @@ from typing import IO, Any
 def write_json(path: Path, data: Any, mode: int | None = None) -> None:
     """Write ``data`` as JSON to ``path`` atomically (temp file, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # Unique per process and thread: several launchers of one job (the agents of a multi-node
+    # job on a shared filesystem, or in one process) write the same config.json at once.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with tmp.open("w") as handle:
         if mode is not None:
             tmp.chmod(mode)

@@ -9,6 +9,10 @@ and a random nonce in the agent store; the other ranks connect to whatever addre
 and accept it only when the server there holds the same nonce. A stale entry points to a dead
 server (or one without that nonce), so they read again until rank 0 of their own attempt has
 published.
+
+The agent store also counts the job's attempts (``count_attempt``): torchrun's restart count is
+each agent's own, and on several nodes it can lag behind the job's (see
+:func:`trainer.worker.agreed_attempt`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PUBLISHED_KEY = "quarry/attempt_store"
 NONCE_KEY = "quarry/nonce"
+ATTEMPTS_KEY = "quarry/attempts"
 _CONNECT_S = 2.0
 _RETRY_S = 0.1
 
@@ -51,6 +56,20 @@ def open_attempt_store(world: World, timeout_s: float) -> Store:
         agent.set(PUBLISHED_KEY, f"{world.master_addr}|{server.port}|{nonce}")
         return server
     return _join(agent, timeout_s)
+
+
+def count_attempt(world: World, timeout_s: float) -> int:
+    """Count this attempt in the agent store (rank 0, once per attempt); return how many
+    attempts were counted before it.
+
+    The counter lives as long as the agent store: the whole job, unless an elastic change of
+    membership moves rank 0 to another node (then it starts again from 0).
+    """
+    if world.master_addr is None or world.master_port is None:
+        raise ConfigError("the launcher set no MASTER_ADDR / MASTER_PORT")
+    timeout = dt.timedelta(seconds=timeout_s)
+    agent = TCPStore(world.master_addr, world.master_port, is_master=False, timeout=timeout)
+    return int(agent.add(ATTEMPTS_KEY, 1)) - 1
 
 
 def _join(agent: Store, timeout_s: float) -> Store:

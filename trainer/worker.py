@@ -7,6 +7,7 @@ the collective smoke test runs right after joining.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from .preflight import (
     required_disk_bytes,
 )
 from .records import RunRecords
+from .rendezvous import count_attempt
 from .rng import seed_everything
 from .schedule import CheckpointSchedule
 from .sharding import build_optimizer, shard_scope
@@ -74,6 +76,8 @@ def run_worker(config: TrainerConfig, world: World, started_wall: float) -> dict
                 "collective", lambda: check_collective(cluster, config.preflight), world.rank
             )
         timeline.mark("join")
+        cluster.world = agreed_attempt(cluster, config.dist_timeout_s)
+        records.attempt = cluster.world.restart_count
         run = build_run(config, cluster, module, feed, records, probe, started_wall)
         run.timeline = timeline
         timeline.mark("build_and_resume")
@@ -106,6 +110,25 @@ def freeze_heap() -> None:
     pages shared instead of copying them when their collector would touch them.
     """
     gc.freeze()
+
+
+def agreed_attempt(cluster: Cluster, timeout_s: float) -> World:
+    """This rank's place with the job's attempt number, the same on every rank.
+
+    Each torchrun agent counts its own restarts. When a rank on one node dies, that node's agent
+    counts a failure, but another node's agent may restart its workers for the new rendezvous
+    round without counting one (seen with two agents: ranks 0-1 at 0 and ranks 2-3 at 1 in the
+    same attempt), and rank 0 would then account the restart as a first start. So the attempt
+    is the highest of every rank's restart count and, under torchrun, of the attempts rank 0
+    counted in the agent store before this one (:func:`trainer.rendezvous.count_attempt`).
+    Both only ever fall short: the restart counts when failures hit different nodes in turn,
+    the store's count by an attempt that failed before its rank 0 got here (which the failed
+    node's agent did count).
+    """
+    world = cluster.world
+    counted = count_attempt(world, timeout_s) if world.agent_store and world.rank == 0 else 0
+    count = int(max(cluster.agree_max([float(world.restart_count), float(counted)])))
+    return dataclasses.replace(world, restart_count=count)
 
 
 def wait_for_checkpoint(run: Run) -> None:

@@ -30,6 +30,8 @@ def test_several_nodes_need_a_rendezvous(tmp_path: Path) -> None:
     config = load_config(values={"run_name": "r1", "launch.nnodes": "4"})
     with pytest.raises(LaunchError):
         torchrun_command(config, tmp_path / "c.json", "python")
+    with pytest.raises(LaunchError, match="run_name"):  # each node would make up its own
+        with_run_name(load_config(values={"launch.nnodes": "2", "launch.rdzv_endpoint": "h:1"}))
     config = load_config(
         values={
             "run_name": "r1",

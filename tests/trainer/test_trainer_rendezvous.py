@@ -8,7 +8,7 @@ import time
 
 from torch._C._distributed_c10d import Store, TCPStore
 
-from trainer.rendezvous import NONCE_KEY, PUBLISHED_KEY, open_attempt_store
+from trainer.rendezvous import NONCE_KEY, PUBLISHED_KEY, count_attempt, open_attempt_store
 from trainer.world import World
 
 
@@ -47,3 +47,9 @@ def test_a_stale_address_is_skipped_until_rank_0_publishes() -> None:
     assert stores[1].get(NONCE_KEY) == stores[0].get(NONCE_KEY)
     stores[1].set("hello", "from rank 1")
     assert stores[0].get("hello") == b"from rank 1"
+
+
+def test_the_agent_store_counts_attempts() -> None:
+    agent = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    world = World(launched=True, master_addr="127.0.0.1", master_port=agent.port, agent_store=True)
+    assert [count_attempt(world, timeout_s=10) for _ in range(3)] == [0, 1, 2]
