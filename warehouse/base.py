@@ -9,7 +9,7 @@ records the CDC position, and returns the snapshot ID a manifest can pin.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -108,8 +108,14 @@ class Warehouse(ABC):
         snapshot_id: int | None = None,
         timeout_s: float | None = None,
         max_rows: int | None = None,
+        tables: Mapping[str, pa.Table] | None = None,
     ) -> pa.Table:
-        """Run one read-only query over the curation views; see the backend for limits."""
+        """Run one read-only query over the curation views; see the backend for limits.
+
+        ``tables`` are Arrow tables the query can also read, by name (lower-case, unqualified
+        names that shadow nothing), for this query only and unpinned by ``snapshot_id``: the
+        service passes the episode ids a manifest query returned to the statistics query.
+        """
 
     @abstractmethod
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,14 +24,14 @@ from warehouse.config import WarehouseConfig
 from warehouse.connection import attach_lake, is_transient, new_database
 from warehouse.ddl import SQL_ROOT, apply_sql_files
 from warehouse.errors import SchemaError, WarehouseError, WarehouseUnavailableError
-from warehouse.maintenance import MAINTENANCE_AUTHOR, maintain_lake
+from warehouse.maintenance import maintain_lake
 from warehouse.mirror import MirrorTable, apply_rows, insert_rows, snapshot_rows
 from warehouse.reader import LakeReader
 from warehouse.rows import TextRows
 from warehouse.staging import TableStage, stage_events, stage_to_arrow
 from warehouse.statements import ident, literal, stale_rows_statement, table_ref
 from warehouse.types import duckdb_type
-from warehouse.versions import last_change, view_tables
+from warehouse.versions import LakeVersions
 
 MIRROR = "mirror"
 META = "quarry_meta"
@@ -49,6 +49,7 @@ class DuckLakeWarehouse(Warehouse):
         self._config = config
         self._sql_dir = sql_dir or SQL_ROOT / "ducklake"
         self._reader = LakeReader(config)
+        self._versions = LakeVersions(self._reader.fetch, config.alias, MIRROR)
         self._writer: duckdb.DuckDBPyConnection | None = None
         self._tables: dict[str, MirrorTable] | None = None
         self._lock = threading.RLock()
@@ -309,7 +310,10 @@ class DuckLakeWarehouse(Warehouse):
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
         """Purge old tombstones, flush inlined rows, merge small files, rewrite mostly-deleted
         files, expire snapshots older than ``config.snapshot_retain_s`` that no manifest
-        references; see :mod:`warehouse.maintenance`."""
+        references; see :mod:`warehouse.maintenance`. Each mirrored table's current data
+        version is kept too: data versions skip expired snapshots, which is right only while
+        every expired change of a table is older than its version."""
+        protect = {*protect, *self._versions.table_versions(self.current_snapshot())}
         with self._writer_use("warehouse maintenance") as con:
             return maintain_lake(
                 con,
@@ -335,34 +339,10 @@ class DuckLakeWarehouse(Warehouse):
 
     def data_version(self, views: Collection[str], *, at: int | None = None) -> int:
         """The last snapshot at or before ``at`` (default: the current one) that changed the
-        data behind ``views``; see :mod:`warehouse.versions`."""
+        data behind ``views``; see :mod:`warehouse.versions`. Reads only the snapshots
+        committed since the last call (and the views' tables when the schema changed)."""
         at = self.current_snapshot() if at is None else at
-        alias = ident(self._config.alias)
-        definitions = dict(
-            self._reader.fetch(
-                "SELECT view_name, sql FROM duckdb_views() WHERE database_name = $1",
-                [self._config.alias],
-            )
-        )
-        per_view = view_tables(definitions, MIRROR)
-        names = {t for view in views for t in per_view.get(view, frozenset({view}))}
-        ids = [
-            str(row[0])
-            for row in self._reader.fetch(
-                f"SELECT t.table_id FROM __ducklake_metadata_{self._config.alias}.ducklake_table t"
-                f" JOIN __ducklake_metadata_{self._config.alias}.ducklake_schema s"
-                " USING (schema_id) WHERE s.schema_name = $1 AND t.end_snapshot IS NULL"
-                " AND list_contains($2, t.table_name)",
-                [MIRROR, sorted(names)],
-            )
-        ]
-        snapshots = self._reader.fetch(
-            f"SELECT snapshot_id, changes FROM {alias}.snapshots() WHERE snapshot_id <= $1 "
-            "AND author IS DISTINCT FROM $2",
-            [at, MAINTENANCE_AUTHOR],
-        )
-        found = last_change([(int(s), dict(c or {})) for s, c in snapshots], ids)
-        return at if found is None else found
+        return self._versions.data_version(views, at)
 
     def current_snapshot(self) -> int:
         rows = self._reader.fetch(f"SELECT id FROM {ident(self._config.alias)}.current_snapshot()")
@@ -375,16 +355,18 @@ class DuckLakeWarehouse(Warehouse):
         snapshot_id: int | None = None,
         timeout_s: float | None = None,
         max_rows: int | None = None,
+        tables: Mapping[str, pa.Table] | None = None,
     ) -> pa.Table:
         """Run one read-only query on the lake's latest (or the given) snapshot.
 
         The reader is a separate DuckDB, attached read-only (through ``reader_catalog_dsn``
         when set) with external access off, files limited to the data path and a locked
         configuration. ``timeout_s`` (default ``config.query_timeout_s``) interrupts the query;
-        more than ``max_rows`` rows (default ``config.max_rows``) raise ``RowLimitError``.
+        more than ``max_rows`` rows (default ``config.max_rows``) raise ``RowLimitError``;
+        ``tables`` are registered on the query's cursor (see :meth:`LakeReader.query_arrow`).
         """
         return self._reader.query_arrow(
-            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows
+            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows, tables=tables
         )
 
     def close(self) -> None:

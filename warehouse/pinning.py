@@ -8,6 +8,8 @@ user may write.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -16,8 +18,12 @@ from sqlglot.optimizer.scope import traverse_scope
 from warehouse.errors import QueryError
 
 
-def prepare_query(sql: str, snapshot_id: int | None = None) -> str:
-    """``sql`` checked to be a single read query; rewritten to read ``snapshot_id`` if given."""
+def prepare_query(
+    sql: str, snapshot_id: int | None = None, *, unpinned: Collection[str] = ()
+) -> str:
+    """``sql`` checked to be a single read query; rewritten to read ``snapshot_id`` if given.
+    Tables named in ``unpinned`` (lower case; the caller's own Arrow tables, which have no
+    versions) are read as they are."""
     try:
         statements = sqlglot.parse(sql, read="duckdb")
     except SqlglotError as error:
@@ -29,8 +35,11 @@ def prepare_query(sql: str, snapshot_id: int | None = None) -> str:
     tree = statements[0]
     for scope in traverse_scope(tree):
         for source in scope.sources.values():
-            if isinstance(source, exp.Table) and isinstance(source.this, exp.Identifier):
-                source.set("when", _at_version(snapshot_id))
+            if not isinstance(source, exp.Table) or not isinstance(source.this, exp.Identifier):
+                continue
+            if not (source.db or source.catalog) and source.name.lower() in unpinned:
+                continue
+            source.set("when", _at_version(snapshot_id))
     return tree.sql(dialect="duckdb")
 
 

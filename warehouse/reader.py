@@ -6,7 +6,9 @@ DuckDB has no statement timeout: a timer thread interrupts the query's cursor in
 
 from __future__ import annotations
 
+import re
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import duckdb
@@ -19,6 +21,8 @@ from warehouse.pinning import prepare_query
 from warehouse.statements import ident
 
 _BATCH_ROWS = 65_536
+#: Names a caller's Arrow table may take (see :meth:`LakeReader.query_arrow`).
+_TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 class LakeReader:
@@ -27,6 +31,7 @@ class LakeReader:
     def __init__(self, config: WarehouseConfig) -> None:
         self._config = config
         self._db: duckdb.DuckDBPyConnection | None = None
+        self._names: frozenset[str] | None = None
         self._lock = threading.Lock()
 
     def _database(self) -> duckdb.DuckDBPyConnection:
@@ -77,6 +82,7 @@ class LakeReader:
         snapshot_id: int | None = None,
         timeout_s: float | None = None,
         max_rows: int | None = None,
+        tables: Mapping[str, pa.Table] | None = None,
     ) -> pa.Table:
         """Run one read-only query and return its result as an Arrow table.
 
@@ -86,11 +92,19 @@ class LakeReader:
         :param timeout_s: seconds before the query is interrupted (default: the config's).
         :param max_rows: raise :class:`RowLimitError` past this many rows (default: the
             config's ``max_rows``; ``None`` there means no cap).
+        :param tables: Arrow tables the query can read by name, for this query only; they
+            are not pinned to ``snapshot_id``. A name is a lower-case identifier that names
+            no table or view of the lake's ``main`` schema (anything else is a
+            :class:`QueryError`).
         """
-        text = prepare_query(sql, snapshot_id)
+        tables = tables or {}
+        self._check_tables(tables, sql)
+        text = prepare_query(sql, snapshot_id, unpinned=frozenset(tables))
         limit_s = timeout_s if timeout_s is not None else self._config.query_timeout_s
         cap = max_rows if max_rows is not None else self._config.max_rows
         with self.cursor() as cur:
+            for name, table in tables.items():
+                cur.register(name, table)  # a view of this cursor's own: gone when it closes
             fired = threading.Event()
 
             def stop() -> None:
@@ -111,6 +125,44 @@ class LakeReader:
                 ) from error
             finally:
                 timer.cancel()
+
+    def _check_tables(self, tables: Mapping[str, pa.Table], sql: str) -> None:
+        """Refuse a caller's table whose name is not a plain lower-case identifier or would
+        shadow one of the lake's tables or views (the query would read it instead)."""
+        for name, table in tables.items():
+            if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
+                raise QueryError(
+                    f"cannot pass a table named {name!r}: names are lower-case identifiers",
+                    sql=sql,
+                )
+            if not isinstance(table, pa.Table):
+                raise QueryError(
+                    f"table {name!r} is a {type(table).__name__}, not a pyarrow.Table", sql=sql
+                )
+            if name in self.relation_names():
+                raise QueryError(
+                    f"cannot pass a table named {name!r}: the warehouse has a table or view "
+                    "of that name, which the query would no longer read",
+                    sql=sql,
+                )
+
+    def relation_names(self) -> frozenset[str]:
+        """Names of the tables and views that unqualified names reach (the lake's ``main``
+        schema: the curation views and internal views), lower case. Kept once read from a
+        bootstrapped lake: only bootstrap creates relations there (CDC adds tables to
+        ``mirror``)."""
+        if self._names is not None:
+            return self._names
+        rows = self.fetch(
+            "SELECT table_name FROM duckdb_tables() WHERE database_name = $1 "
+            "AND schema_name = 'main' UNION SELECT view_name FROM duckdb_views() "
+            "WHERE database_name = $1 AND schema_name = 'main'",
+            [self._config.alias],
+        )
+        names = frozenset(str(row[0]).lower() for row in rows)
+        if names:
+            self._names = names
+        return names
 
     @staticmethod
     def _collect(cur: duckdb.DuckDBPyConnection, sql: str, cap: int | None) -> pa.Table:

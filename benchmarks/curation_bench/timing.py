@@ -119,10 +119,8 @@ class TimedSource:
 def _query_kind(sql: str) -> str:
     if sql.rstrip().upper().endswith("LIMIT 0"):
         return "query_probe"
-    if "episode_stats" in sql:
+    if "episode_stat_rows" in sql:
         return "query_stats"
-    if "DISTINCT topics" in sql:
-        return "query_topics"
     return "query_manifest"
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import numpy as np
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 from sqlglot import exp
 
 from episodes.errors import EpisodeError
@@ -21,8 +21,16 @@ from episodes.spec import SampleSpec
 from manifests.build import ManifestInfo, build_manifest
 from manifests.meta import ManifestMeta
 from service.curation.cancel import CancelScope
-from service.curation.compose import compose, probe_query, stats_query, topics_query
+from service.curation.compose import (
+    CURATED_IDS,
+    OBJECTS_VIEW,
+    STATS_VIEW,
+    compose,
+    probe_query,
+    stats_query,
+)
 from service.curation.guard import CheckedQuery, CurationRefusedError, check_curation
+from service.curation.norm import norm_stats
 from warehouse.base import CURATION_VIEWS
 from warehouse.changes import Position
 from warehouse.errors import QueryError
@@ -30,8 +38,10 @@ from warehouse.errors import QueryError
 CURATION_RELATIONS = frozenset(CURATION_VIEWS)
 #: Row cap of the service's own queries around a curation (see ``run_query``).
 INTERNAL_MAX_ROWS = 1_000_000
-# Views the manifest query reads besides the curation's own (see compose.stats_query).
-READ_BY_BUILD = frozenset({"episodes", "episode_stats"})
+# Views a build reads besides the curation's own (see compose): they name the data too.
+READ_BY_BUILD = frozenset({OBJECTS_VIEW, STATS_VIEW})
+#: Columns of ``episode_objects`` the manifest query carries for the build (the camera set).
+CARRY = ("topics",)
 
 
 class CurationSource(Protocol):
@@ -44,7 +54,13 @@ class CurationSource(Protocol):
     def position(self, *, at: int | None = None) -> Position | None: ...
 
     def query_arrow(
-        self, sql: str, *, snapshot_id: int | None, timeout_s: float, max_rows: int
+        self,
+        sql: str,
+        *,
+        snapshot_id: int | None,
+        timeout_s: float,
+        max_rows: int,
+        tables: Mapping[str, pa.Table] | None = None,
     ) -> pa.Table: ...
 
 
@@ -170,8 +186,8 @@ def build_at(
     if scope is not None:
         scope.check()
     info = build_manifest(table, meta, out_dir)
-    episode_ids = np.unique(table["episode_id"].to_numpy(zero_copy_only=False)).tolist()
-    return info, meta, episode_ids
+    ids = pc.unique(table["episode_id"])
+    return info, meta, ids.take(pc.sort_indices(ids)).to_pylist()
 
 
 def reuse_key(checked: CheckedQuery, spec: SampleSpec, snapshot: int) -> str:
@@ -188,12 +204,14 @@ def run_query(
     scope: CancelScope | None = None,
     *,
     internal: bool = False,
+    tables: Mapping[str, pa.Table] | None = None,
 ) -> pa.Table:
-    """One query of a curation at ``snapshot``, within ``limits``, stopped by ``scope``.
+    """One query of a curation at ``snapshot``, within ``limits``, stopped by ``scope``,
+    with the Arrow ``tables`` readable by name.
 
     The row cap is the curation's for the manifest query; an ``internal`` query (the column
-    probe, statistics, topics, a preview's groups) has a few rows per field, rig or robot
-    and task by construction, and is held to :data:`INTERNAL_MAX_ROWS` instead.
+    probe, statistics, a preview's groups) has a few rows per field, dimension or robot and
+    task by construction, and is held to :data:`INTERNAL_MAX_ROWS` instead.
     """
     if scope is not None:
         scope.check()
@@ -203,6 +221,7 @@ def run_query(
             snapshot_id=snapshot,
             timeout_s=limits.timeout_s,
             max_rows=INTERNAL_MAX_ROWS if internal else limits.max_rows,
+            tables=tables,
         )
     except QueryError:
         if scope is not None:
@@ -218,42 +237,38 @@ def _query(
     limits: CurationLimits,
     scope: CancelScope | None,
 ) -> tuple[pa.Table, dict[str, Any], tuple[str, ...]]:
-    def run(tree: exp.Expr) -> pa.Table:
-        return run_query(tree, source, snapshot, limits, scope, internal=True)
-
-    composed = compose(checked, run(probe_query(checked)).column_names)
+    """The manifest's rows (with ``num_samples``; slices without a sample left out), its
+    normalization statistics and camera set, from one pass of the curation: the statistics
+    and cameras cover every episode the manifest query returned."""
+    probe = run_query(probe_query(checked), source, snapshot, limits, scope, internal=True)
+    composed = compose(checked, probe.column_names, CARRY)
     table = run_query(composed.tree, source, snapshot, limits, scope)
+    topics = composed.hidden["topics"]
+    cameras = _cameras(table[topics])
+    ids = pa.table({"episode_id": pc.unique(table["episode_id"])})
+    table = table.drop_columns([topics])
     counts = spec.count_samples(
         table["start_ns"].to_numpy(zero_copy_only=False),
         table["end_ns"].to_numpy(zero_copy_only=False),
     )
     table = table.append_column("num_samples", pa.array(counts, type=pa.int64()))
     table = table.filter(pa.array(counts > 0))
-    stats = _norm_stats(run(stats_query(composed.tree)))
-    return table, stats, _cameras(run(topics_query(composed.tree)))
+    rows = run_query(
+        stats_query(), source, snapshot, limits, scope, internal=True, tables={CURATED_IDS: ids}
+    )
+    return table, norm_stats(rows), cameras
 
 
-def _cameras(rows: pa.Table) -> tuple[str, ...]:
+def _cameras(topics: pa.ChunkedArray) -> tuple[str, ...]:
     """Every camera topic of the curated episodes, sorted: the manifest's camera set."""
-    topics = {
+    names = {
         t["topic"]
-        for row in rows["topics"].to_pylist()
-        for t in json.loads(row)
+        for document in pc.unique(topics).to_pylist()
+        if document is not None
+        for t in json.loads(document)
         if t.get("kind") == "camera"
     }
-    return tuple(sorted(topics))
-
-
-def _norm_stats(rows: pa.Table) -> dict[str, Any]:
-    stats: dict[str, Any] = {}
-    for row in rows.to_pylist():
-        entry = stats.setdefault(
-            row["field"], {"count": 0, "sum": [], "sum_sq": [], "min": [], "max": []}
-        )
-        entry["count"] = max(entry["count"], int(row["count"]))
-        for key in ("sum", "sum_sq", "min", "max"):
-            entry[key].append(float(row[key]))
-    return stats
+    return tuple(sorted(names))
 
 
 def _find_reusable(conn: psycopg.Connection[Any], key: str) -> CurationResult | None:

@@ -19,7 +19,7 @@ from service.curation.build import (
     run_query,
 )
 from service.curation.cancel import CancelScope
-from service.curation.compose import compose, preview_query, probe_query
+from service.curation.compose import PREVIEW_CARRY, compose, preview_query, probe_query
 
 NS_PER_HOUR = 3_600 * 10**9
 
@@ -69,8 +69,8 @@ def preview_curation(
     checked, spec = check_request(request)
     snapshot, _ = pin(checked, source)
     probe = run_query(probe_query(checked), source, snapshot, limits, scope, internal=True)
-    composed = compose(checked, probe.column_names)
-    query = preview_query(composed.tree, spec.anchor_step_ns)
+    composed = compose(checked, probe.column_names, PREVIEW_CARRY)
+    query = preview_query(composed, spec.anchor_step_ns)
     rows = run_query(query, source, snapshot, limits, scope, internal=True).to_pylist()
     groups = [
         PreviewGroup(

@@ -11,7 +11,7 @@ leaves health checks and cheap requests free to answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,10 +61,16 @@ class LakeSource:
         return self._warehouse.position(at=at)
 
     def query_arrow(
-        self, sql: str, *, snapshot_id: int | None, timeout_s: float, max_rows: int
+        self,
+        sql: str,
+        *,
+        snapshot_id: int | None,
+        timeout_s: float,
+        max_rows: int,
+        tables: Mapping[str, pa.Table] | None = None,
     ) -> pa.Table:
         return self._reader.query_arrow(
-            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows
+            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows, tables=tables
         )
 
     def close(self) -> None:

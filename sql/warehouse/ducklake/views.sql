@@ -80,3 +80,19 @@ FROM mirror.manifests WHERE NOT _deleted;
 CREATE OR REPLACE VIEW main.manifest_episodes AS
 SELECT manifest_id, CAST(episode_id AS VARCHAR) AS episode_id
 FROM mirror.manifest_episodes WHERE NOT _deleted;
+
+-- Internal views: what a manifest build reads besides the curation, keyed by the raw episode
+-- UUID so that joins on it can skip data. Not in the curation allow-list
+-- (warehouse.base.CURATION_VIEWS): users never name them; the service composes them in.
+CREATE OR REPLACE VIEW main.episode_objects AS
+SELECT e.id, e.uri, e.start_ns, e.end_ns, e.size_bytes, e.sha256,
+       CAST(e.topics AS VARCHAR) AS topics, e.robot_id, e.task_id
+FROM mirror.episodes AS e
+WHERE NOT e._deleted AND e.status <> 'retracted';
+
+-- Per-episode statistics rows by raw key, live or not: the build reads only the episodes its
+-- manifest query returned, which are live at the snapshot it reads.
+CREATE OR REPLACE VIEW main.episode_stat_rows AS
+SELECT s.episode_id, s.field, s.dim, s.count, s.sum, s.sum_sq, s.min, s.max
+FROM mirror.episode_stats AS s
+WHERE NOT s._deleted;
