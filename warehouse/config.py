@@ -5,7 +5,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+
+
+class ClickHouseConfig(BaseModel):
+    """The ClickHouse backend (scale-out): where the server is and how readers are limited.
+
+    ``dsn`` is what ``clickhouse_connect.get_client(dsn=...)`` takes: ``http(s)://user:pw@host:
+    8123`` for a server, or ``chdb:///path`` for chDB, ClickHouse in-process (one process per
+    data folder: tests and single-process tools only). ``reader_dsn`` is the account the
+    readers use when set; see docs/warehouse.md for its settings profile and grants.
+    The warehouse lives in three databases: ``<database>`` (the curation views),
+    ``<database>_mirror`` (mirrored tables) and ``<database>_meta`` (commits, metadata).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    dsn: SecretStr
+    reader_dsn: SecretStr | None = None
+    database: str = Field(default="quarry", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
+    reader_pool: int = Field(default=4, ge=1, description="idle reader connections kept")
+    result_timezone: str = Field(
+        default="Etc/UTC",
+        description="zone name that timestamp-with-time-zone results carry in Arrow (values "
+        "are UTC instants either way); Etc/UTC is what the DuckLake reader reports on a UTC "
+        "host, so both backends return the same Arrow types",
+    )
 
 
 class WarehouseConfig(BaseModel):
@@ -19,7 +44,7 @@ class WarehouseConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    backend: Literal["ducklake"] = "ducklake"
+    backend: Literal["ducklake", "clickhouse"] = "ducklake"
     catalog_dsn: SecretStr
     data_path: Path = Field(description="folder of the Parquet data files")
     reader_catalog_dsn: SecretStr | None = None
@@ -57,3 +82,14 @@ class WarehouseConfig(BaseModel):
         "deleted (CDC updates delete rows everywhere; DuckLake only merges files without "
         "deletes), so the file count stays bounded",
     )
+    clickhouse: ClickHouseConfig | None = Field(
+        default=None,
+        description="the ClickHouse backend's section; required when backend is "
+        "'clickhouse' (catalog_dsn and data_path are then unused)",
+    )
+
+    @model_validator(mode="after")
+    def _backend_section(self) -> WarehouseConfig:
+        if self.backend == "clickhouse" and self.clickhouse is None:
+            raise ValueError("backend 'clickhouse' needs the 'clickhouse' section (its dsn)")
+        return self

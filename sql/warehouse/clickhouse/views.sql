@@ -1,0 +1,160 @@
+-- Quarry warehouse (ClickHouse): the curation views. Re-applied whenever this file changes.
+-- The same views, column names and result types as sql/warehouse/ducklake/views.sql; see
+-- there for the contract (`episodes` has one row per live episode, manifest columns first).
+--
+-- ClickHouse has no snapshots: every view takes the snapshot to read as a parameter,
+-- `episodes(snapshot = 42)`, and the reader adds it to every view a query names. The
+-- `${meta}.live_*` views give each mirrored table's rows at that snapshot: per key, the
+-- newest version (_lsn, _seq) among those committed at or before it, tombstones left out.
+-- Readers run with join_use_nulls = 1 (an unmatched LEFT JOIN side is NULL, as in DuckDB).
+
+CREATE OR REPLACE VIEW ${meta}.live_robots AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
+    FROM ${mirror}.robots WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_tasks AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
+    FROM ${mirror}.tasks WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_episodes AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
+    FROM ${mirror}.episodes WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_episode_quality_flags AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY episode_id, flag ORDER BY _lsn DESC, _seq DESC
+    ) AS _rank
+    FROM ${mirror}.episode_quality_flags WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_episode_labels AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
+    FROM ${mirror}.episode_labels WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_episode_stats AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY episode_id, field, dim ORDER BY _lsn DESC, _seq DESC
+    ) AS _rank
+    FROM ${mirror}.episode_stats WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_manifests AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
+    FROM ${mirror}.manifests WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${meta}.live_manifest_episodes AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY manifest_id, episode_id ORDER BY _lsn DESC, _seq DESC
+    ) AS _rank
+    FROM ${mirror}.manifest_episodes WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
+CREATE OR REPLACE VIEW ${views}.episodes AS
+WITH flags AS (
+    SELECT episode_id, arraySort(groupArray(flag)) AS quality_flags
+    FROM ${meta}.live_episode_quality_flags(snapshot = {snapshot:UInt64})
+    GROUP BY episode_id
+)
+SELECT
+    toString(e.id) AS id,
+    e.uri AS uri,
+    e.start_ns AS start_ns,
+    e.end_ns AS end_ns,
+    e.size_bytes AS size_bytes,
+    e.sha256 AS sha256,
+    e.robot_id AS robot_id,
+    r.model AS robot_model,
+    e.task_id AS task_id,
+    e.site AS site,
+    e.operator AS operator,
+    e.success AS success,
+    e.started_at AS started_at,
+    e.ended_at AS ended_at,
+    CAST(e.end_ns - e.start_ns AS Nullable(Float64)) / 1e9 AS duration_s,
+    e.steps AS steps,
+    e.control_hz AS control_hz,
+    e.topics AS topics,
+    f.quality_flags AS quality_flags,
+    e.qc_report AS qc_report,
+    e.schema_version AS schema_version,
+    e.pipeline_version AS pipeline_version,
+    e.robot_sw_version AS robot_sw_version,
+    e.created_at AS created_at,
+    e.updated_at AS updated_at
+FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64}) AS e
+LEFT JOIN ${meta}.live_robots(snapshot = {snapshot:UInt64}) AS r ON r.id = e.robot_id
+LEFT JOIN flags AS f ON f.episode_id = e.id
+WHERE e.status <> 'retracted';
+
+CREATE OR REPLACE VIEW ${views}.episode_quality_flags AS
+SELECT toString(q.episode_id) AS episode_id, q.flag AS flag, q.detail AS detail
+FROM ${meta}.live_episode_quality_flags(snapshot = {snapshot:UInt64}) AS q
+WHERE q.episode_id IN (
+    SELECT id FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64})
+    WHERE status <> 'retracted'
+);
+
+CREATE OR REPLACE VIEW ${views}.episode_labels AS
+SELECT l.id AS id, toString(l.episode_id) AS episode_id, l.key AS key, l.value AS value,
+       l.start_ns AS start_ns, l.end_ns AS end_ns, l.author AS author,
+       l.created_at AS created_at
+FROM ${meta}.live_episode_labels(snapshot = {snapshot:UInt64}) AS l
+WHERE l.episode_id IN (
+    SELECT id FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64})
+    WHERE status <> 'retracted'
+);
+
+CREATE OR REPLACE VIEW ${views}.episode_stats AS
+SELECT toString(s.episode_id) AS episode_id, s.field AS field, s.dim AS dim,
+       s.count AS count, s.sum AS sum, s.sum_sq AS sum_sq, s.min AS min, s.max AS max
+FROM ${meta}.live_episode_stats(snapshot = {snapshot:UInt64}) AS s
+WHERE s.episode_id IN (
+    SELECT id FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64})
+    WHERE status <> 'retracted'
+);
+
+CREATE OR REPLACE VIEW ${views}.robots AS
+SELECT id, model, site, created_at FROM ${meta}.live_robots(snapshot = {snapshot:UInt64});
+
+CREATE OR REPLACE VIEW ${views}.tasks AS
+SELECT id, description, created_at FROM ${meta}.live_tasks(snapshot = {snapshot:UInt64});
+
+-- Lineage: every registered manifest and its episodes, retracted ones included.
+CREATE OR REPLACE VIEW ${views}.manifests AS
+SELECT id, reuse_key, sql, sample_spec, snapshot_id, cdc_position, rows, samples, size_bytes,
+       uri, author, created_at
+FROM ${meta}.live_manifests(snapshot = {snapshot:UInt64});
+
+CREATE OR REPLACE VIEW ${views}.manifest_episodes AS
+SELECT manifest_id, toString(episode_id) AS episode_id
+FROM ${meta}.live_manifest_episodes(snapshot = {snapshot:UInt64});
+
+-- Internal views: what a manifest build reads besides the curation, keyed by the raw episode
+-- UUID so that joins on it can skip data. Not in the curation allow-list
+-- (warehouse.base.CURATION_VIEWS): users never name them; the service composes them in.
+CREATE OR REPLACE VIEW ${views}.episode_objects AS
+SELECT e.id AS id, e.uri AS uri, e.start_ns AS start_ns, e.end_ns AS end_ns,
+       e.size_bytes AS size_bytes, e.sha256 AS sha256, e.topics AS topics,
+       e.robot_id AS robot_id, e.task_id AS task_id
+FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64}) AS e
+WHERE e.status <> 'retracted';
+
+-- Per-episode statistics rows by raw key, live or not: the build reads only the episodes its
+-- manifest query returned, which are live at the snapshot it reads.
+CREATE OR REPLACE VIEW ${views}.episode_stat_rows AS
+SELECT s.episode_id AS episode_id, s.field AS field, s.dim AS dim, s.count AS count,
+       s.sum AS sum, s.sum_sq AS sum_sq, s.min AS min, s.max AS max
+FROM ${meta}.live_episode_stats(snapshot = {snapshot:UInt64}) AS s;
