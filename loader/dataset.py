@@ -10,11 +10,11 @@ even on an error.
 from __future__ import annotations
 
 import os
-import queue
 import random
 import threading
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -137,6 +137,13 @@ class BatchStream:
     loader raises reaches the consumer with its type, in order, after the batches before it;
     exhaustion ends the iteration. With ``prefetch`` = 0 each batch is taken in ``next()``.
 
+    Taking a ready batch wakes no thread: the thread tops the stream up by itself within
+    ``refill_s`` of a take, and is woken at once only when the consumer took the last ready
+    batch. Waking it in ``next()``, as a bounded ``queue.Queue``'s ``get`` does, let the kernel
+    switch the consumer out for the woken thread, and on a busy machine the consumer then
+    waited its turn for a core: ``next()`` took 1-21 ms with two batches ready in 19 of 160
+    steps (load average 4-14 on 2 cores), on 0.05 ms of its own CPU time.
+
     torch leaves the shutdown of a DataLoader's workers to its iterator's ``__del__``; when
     the iterator ends up in a reference cycle (an error raised through it and kept, a frame
     that holds it), the garbage collector runs that ``__del__`` only after it has finalized
@@ -152,27 +159,38 @@ class BatchStream:
     :param prefetch: batches kept ready by the background thread (0: no thread).
     :param join_s: how long :meth:`close` waits for the thread to finish the batch it is
         taking, seconds; after that the workers are stopped under it.
+    :param refill_s: how often the thread looks for room while ``prefetch`` batches are
+        ready, seconds.
     """
 
-    def __init__(self, loader: Iterable[Any], *, prefetch: int = 0, join_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        *,
+        prefetch: int = 0,
+        join_s: float = 2.0,
+        refill_s: float = 0.01,
+    ) -> None:
         if prefetch < 0:
             raise LoaderError(f"prefetch must be >= 0, got {prefetch}")
+        if refill_s <= 0:
+            raise LoaderError(f"refill_s must be > 0, got {refill_s}")
         self._iterator: Iterator[Any] | None = iter(loader)
         self._join_s = join_s
-        self._ready: queue.Queue[Any] | None = None
+        self._ready: _Ready | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         if prefetch:
-            self._ready = queue.Queue(maxsize=prefetch)
+            self._ready = _Ready(prefetch, refill_s, self._stop)
             self._thread = threading.Thread(
                 target=_produce,
-                args=(self._iterator, self._ready, self._stop),
+                args=(self._iterator, self._ready),
                 name="batch-stream",
                 daemon=True,
             )
             self._thread.start()
             # The thread holds no reference to the stream: a stream dropped unclosed stops it.
-            weakref.finalize(self, self._stop.set)
+            weakref.finalize(self, self._ready.stop)
 
     def __iter__(self) -> BatchStream:
         return self
@@ -194,12 +212,8 @@ class BatchStream:
 
     def _take(self) -> Any:
         assert self._ready is not None and self._thread is not None
-        while True:
-            try:
-                return self._ready.get(timeout=_POLL_S)
-            except queue.Empty:
-                if not self._thread.is_alive() and self._ready.empty():
-                    return _Ended(LoaderError("the batch stream's thread ended without a result"))
+        thread = self._thread
+        return self._ready.take(lambda: not thread.is_alive())
 
     def close(self) -> None:
         """Stop the thread and the worker processes now (idempotent); the stream then yields
@@ -208,6 +222,8 @@ class BatchStream:
         if iterator is None:
             return
         self._stop.set()
+        if self._ready is not None:
+            self._ready.stop()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._join_s)
@@ -216,7 +232,8 @@ class BatchStream:
                 thread.join(self._join_s)
         if thread is None:
             _stop_workers(iterator)
-        _drain(self._ready)
+        if self._ready is not None:
+            self._ready.drain()
 
     def __enter__(self) -> BatchStream:
         return self
@@ -238,32 +255,73 @@ class _Ended:
     error: BaseException | None = None
 
 
-def _produce(iterator: Iterator[Any], ready: queue.Queue[Any], stop: threading.Event) -> None:
-    """The stream thread: take batches from ``iterator`` into ``ready`` until it ends or
-    ``stop`` is set; the workers are stopped before the end (or the error) is handed over."""
+class _Ready:
+    """Batches taken ahead: a deque that one thread fills and one consumer empties.
+
+    ``take`` pops without a lock or a wake-up while batches are ready; the filling thread
+    polls for room every ``refill_s`` and is woken only when the consumer took the last one.
+    """
+
+    def __init__(self, limit: int, refill_s: float, stopped: threading.Event) -> None:
+        self.limit, self.refill_s = limit, refill_s
+        self.stopped = stopped
+        self.items: deque[Any] = deque()
+        self.arrived = threading.Event()  # set by the thread after each put
+        self.room = threading.Event()  # set by the consumer when it took the last item
+
+    def wait_for_room(self) -> bool:
+        """Block until fewer than ``limit`` items are ready; ``False`` if stopped first."""
+        while not self.stopped.is_set():
+            if len(self.items) < self.limit:
+                return True
+            self.room.wait(self.refill_s)
+            self.room.clear()  # the length is checked again after this: no lost wake-up
+        return False
+
+    def put(self, item: Any) -> None:
+        self.items.append(item)
+        self.arrived.set()
+        if self.stopped.is_set():  # closed while the item was being taken: nobody will
+            self.items.clear()
+
+    def take(self, ended: Callable[[], bool]) -> Any:
+        """The oldest item, waiting for one; an ``_Ended`` error if ``ended()`` first."""
+        while True:
+            try:
+                item = self.items.popleft()
+            except IndexError:
+                if ended() and not self.items:
+                    return _Ended(LoaderError("the batch stream's thread ended without a result"))
+                self.arrived.wait(_POLL_S)
+                self.arrived.clear()  # popped again after this: no lost wake-up
+                continue
+            if not self.items:
+                self.room.set()
+            return item
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.room.set()
+
+    def drain(self) -> None:
+        self.items.clear()
+
+
+def _produce(iterator: Iterator[Any], ready: _Ready) -> None:
+    """The stream thread: take batches from ``iterator`` into ``ready`` until it ends or the
+    stream stops; the workers are stopped before the end (or the error) is handed over."""
     ended = _Ended()
     try:
-        while not stop.is_set():
-            if not _offer(ready, next(iterator), stop):
-                return
+        while ready.wait_for_room():
+            ready.put(next(iterator))
     except StopIteration:
         pass
     except BaseException as exc:  # handed to the consumer, which re-raises it
         ended = _Ended(exc)
     finally:
         _stop_workers(iterator)
-    _offer(ready, ended, stop)
-
-
-def _offer(ready: queue.Queue[Any], item: Any, stop: threading.Event) -> bool:
-    """Put ``item`` once there is room; ``False`` if the stream stopped first."""
-    while not stop.is_set():
-        try:
-            ready.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            continue
-    return False
+    if not ready.stopped.is_set():
+        ready.put(ended)
 
 
 def _stop_workers(iterator: Iterator[Any]) -> None:
@@ -272,11 +330,3 @@ def _stop_workers(iterator: Iterator[Any]) -> None:
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
-
-
-def _drain(ready: queue.Queue[Any] | None) -> None:
-    while ready is not None:
-        try:
-            ready.get_nowait()
-        except queue.Empty:
-            return

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import os
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,6 +269,64 @@ def waits_while_computing(prefetch: int, compute_s: float) -> list[float]:
 def test_prefetching_stream_takes_batches_while_the_step_computes() -> None:
     assert min(waits_while_computing(prefetch=0, compute_s=0.1)) >= 0.045
     assert sorted(waits_while_computing(prefetch=2, compute_s=0.1))[2] < 0.02  # median
+
+
+def ready_count(stream: BatchStream) -> int:
+    assert stream._ready is not None
+    return len(stream._ready.items)
+
+
+def wait_until(condition, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def test_taking_a_ready_batch_wakes_no_thread() -> None:
+    # On a busy machine, a thread woken inside next() could run in the consumer's place and
+    # make it wait with a batch ready; so only taking the last ready batch wakes the thread.
+    with BatchStream(iter(range(100)), prefetch=3, refill_s=30.0) as stream:
+        assert wait_until(lambda: ready_count(stream) == 3, 5)
+        assert next(stream) == 0
+        time.sleep(0.3)
+        assert ready_count(stream) == 2  # not woken: it would have topped up at once
+        assert [next(stream), next(stream)] == [1, 2]  # the last ready one wakes it
+        assert wait_until(lambda: ready_count(stream) == 3, 5)
+        assert [next(stream) for _ in range(4)] == [3, 4, 5, 6]
+
+
+def test_prefetching_stream_tops_up_within_refill_s() -> None:
+    with BatchStream(iter(range(100)), prefetch=2, refill_s=0.05) as stream:
+        assert wait_until(lambda: ready_count(stream) == 2, 5)
+        assert next(stream) == 0
+        assert wait_until(lambda: ready_count(stream) == 2, 1)
+        assert list(itertools.islice(stream, 5)) == [1, 2, 3, 4, 5]
+
+
+def test_a_batch_taken_after_close_is_dropped() -> None:
+    gate = threading.Event()
+
+    def batches() -> Iterator[str]:
+        gate.wait(5)
+        yield "late"
+
+    stream = BatchStream(batches(), prefetch=1, join_s=0.05)
+    thread = stream._thread
+    assert thread is not None
+    stream.close()  # gives up on the thread, which is still inside the loader
+    gate.set()
+    thread.join(5)
+    assert not thread.is_alive() and ready_count(stream) == 0
+    assert list(stream) == []
+
+
+@pytest.mark.parametrize("values", [{"prefetch": -1}, {"prefetch": 1, "refill_s": 0.0}])
+def test_stream_settings_are_checked(values: dict[str, float]) -> None:
+    with pytest.raises(LoaderError):
+        BatchStream([], **values)  # type: ignore[arg-type]
 
 
 def test_prefetching_stream_left_early_or_dropped_stops_its_thread_and_workers(
