@@ -2,6 +2,10 @@
 
 ``quarry cdc follow`` is the product's entry point; this one takes everything as flags, so it
 needs no settings file. SIGTERM and SIGINT stop it cleanly after the current batch.
+
+``--backend ducklake`` (the default) needs ``--catalog-dsn`` and ``--data-path``;
+``--backend clickhouse`` reads the server's DSN from the environment variable
+``QUARRY_CLICKHOUSE_DSN`` (a secret: never on the command line) and takes ``--database``.
 """
 
 from __future__ import annotations
@@ -9,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from pydantic import SecretStr
@@ -20,17 +25,26 @@ from pydantic import SecretStr
 from cdc.config import CdcConfig
 from cdc.errors import CdcError
 from cdc.follower import BatchReport, follow
-from warehouse.config import WarehouseConfig
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.backends import open_warehouse
+from warehouse.config import ClickHouseConfig, WarehouseConfig
 from warehouse.errors import WarehouseError
+
+#: The environment variable holding the ClickHouse DSN (``http(s)://user:password@host:port``).
+CLICKHOUSE_DSN_ENV = "QUARRY_CLICKHOUSE_DSN"
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cdc", description=__doc__)
     parser.add_argument("command", choices=["follow"])
     parser.add_argument("--source-dsn", required=True, help="libpq DSN of the source database")
-    parser.add_argument("--catalog-dsn", required=True, help="libpq DSN of the lake's catalog")
-    parser.add_argument("--data-path", required=True, type=Path)
+    parser.add_argument("--backend", choices=["ducklake", "clickhouse"], default="ducklake")
+    parser.add_argument("--catalog-dsn", help="libpq DSN of the lake's catalog (DuckLake)")
+    parser.add_argument("--data-path", type=Path, help="folder of the lake's data (DuckLake)")
+    parser.add_argument(
+        "--database",
+        default="quarry",
+        help=f"ClickHouse database (the DSN comes from ${CLICKHOUSE_DSN_ENV})",
+    )
     parser.add_argument("--slot", default="quarry_cdc")
     parser.add_argument("--publication", default="quarry_cdc")
     parser.add_argument("--status", type=Path, help="status JSON file to keep up to date")
@@ -46,6 +60,32 @@ def _parser() -> argparse.ArgumentParser:
         "--resnapshot", action="store_true", help="drop the slot and take a new initial snapshot"
     )
     return parser
+
+
+def warehouse_config(args: argparse.Namespace, environ: Mapping[str, str]) -> WarehouseConfig:
+    """The warehouse the flags (and, for ClickHouse, ``environ``) name; a missing piece is a
+    ``ValueError`` that says which."""
+    if args.backend == "clickhouse":
+        dsn = environ.get(CLICKHOUSE_DSN_ENV, "")
+        if not dsn:
+            raise ValueError(
+                f"--backend clickhouse needs the server's DSN in ${CLICKHOUSE_DSN_ENV} "
+                "(e.g. https://user:password@host:8443); it is never taken as a flag"
+            )
+        return WarehouseConfig(
+            backend="clickhouse",
+            catalog_dsn=SecretStr("unused"),
+            data_path=Path("unused"),
+            clickhouse=ClickHouseConfig(dsn=SecretStr(dsn), database=args.database),
+        )
+    missing = [
+        f
+        for f, v in (("--catalog-dsn", args.catalog_dsn), ("--data-path", args.data_path))
+        if not v
+    ]
+    if missing:
+        raise ValueError(f"--backend ducklake needs {' and '.join(missing)}")
+    return WarehouseConfig(catalog_dsn=SecretStr(args.catalog_dsn), data_path=args.data_path)
 
 
 def _lag_logger(path: Path) -> Callable[[BatchReport], None]:
@@ -80,12 +120,16 @@ def main(argv: list[str] | None = None) -> int:
         flush_interval_s=args.flush_s,
         resnapshot=args.resnapshot,
     )
-    lake_config = WarehouseConfig(catalog_dsn=SecretStr(args.catalog_dsn), data_path=args.data_path)
+    try:
+        lake_config = warehouse_config(args, os.environ)
+    except ValueError as error:  # pydantic's ValidationError is one
+        print(f"quarry-cdc: {error}", file=sys.stderr)
+        return 2
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        with DuckLakeWarehouse(lake_config) as lake:
+        with open_warehouse(lake_config) as lake:
             lake.bootstrap()
             on_batch = _lag_logger(args.lag_log) if args.lag_log else None
             follow(args.source_dsn, lake, config, stop, args.status, on_batch=on_batch)

@@ -13,8 +13,8 @@ import psycopg
 
 from service.curation.build import CurationLimits
 from service.settings import Settings
+from warehouse.backends import open_warehouse
 from warehouse.base import Warehouse
-from warehouse.ducklake import DuckLakeWarehouse
 
 
 @dataclass
@@ -28,10 +28,11 @@ class ServiceContext:
         return psycopg.connect(self.settings.operational_dsn(), connect_timeout=5)
 
     def warehouse(self) -> Warehouse:
-        """The warehouse, for reads only: the service never opens its writer."""
+        """The warehouse of the settings' backend, for reads only: the service never opens
+        its writer."""
         with self._lock:
             if self._warehouse is None:
-                self._warehouse = DuckLakeWarehouse(self.settings.warehouse_config())
+                self._warehouse = open_warehouse(self.settings.warehouse_config())
             return self._warehouse
 
     def curation_limits(self) -> CurationLimits:

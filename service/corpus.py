@@ -1,4 +1,5 @@
 """Corpus statistics: a few aggregates over the curation views, all at one warehouse snapshot.
+The queries are written in DuckDB's dialect and rendered for the warehouse's backend.
 
 Durations are in hours (the ``episodes`` view's ``duration_s`` summed, over 3,600); rates are
 fractions in [0, 1] of the episodes counted, ``None`` when there are none.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 # Breakdowns by these columns of the ``episodes`` view, under these names.
@@ -26,7 +28,11 @@ _FLAGS = (
 
 
 class StatsSource(Protocol):
-    """What the statistics need of the warehouse: bounded reads at a snapshot."""
+    """What the statistics need of the warehouse: bounded reads at a snapshot, in the SQL
+    dialect (sqlglot's name) ``dialect``."""
+
+    @property
+    def dialect(self) -> str: ...
 
     def query_arrow(
         self, sql: str, *, snapshot_id: int | None, timeout_s: float, max_rows: int
@@ -40,8 +46,9 @@ def corpus_stats(
     episodes raising each quality flag; episode counts by stamp version."""
 
     def rows(sql: str) -> list[dict[str, Any]]:
+        rendered = sqlglot.transpile(sql, read="duckdb", write=source.dialect)[0]
         table = source.query_arrow(
-            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows
+            rendered, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows
         )
         return list(table.to_pylist())
 

@@ -19,7 +19,7 @@ from service.errors import StackError
 from service.settings import Settings
 from service.stack import Stack
 from trainer.launch import LaunchResult
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.backends import open_warehouse
 
 DEMO_CURATION = "SELECT * FROM episodes WHERE success AND len(quality_flags) = 0"
 
@@ -83,7 +83,7 @@ def wait_for_warehouse(
     """Wait until CDC has mirrored every ingested episode into the warehouse."""
     started = time.monotonic()
     wanted = len(set(episode_ids))
-    with DuckLakeWarehouse(settings.warehouse_config()) as warehouse:
+    with open_warehouse(settings.warehouse_config()) as warehouse:
         while time.monotonic() - started < timeout_s:
             found = warehouse.query_arrow("SELECT count(*) AS n FROM episodes")["n"][0].as_py()
             if found >= wanted:

@@ -8,16 +8,20 @@ then the defaults here. Nothing reads the environment at import time.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdc.config import CdcConfig
+from service.errors import ConfigError
 from service.paths import StatePaths
 from service.postgres import CATALOG_DB, OPERATIONAL_DB, READER_ROLE, EmbeddedPostgres
-from warehouse.config import WarehouseConfig
+from warehouse.config import ClickHouseConfig, WarehouseConfig
 
 SQL_ROOT = Path(__file__).resolve().parents[1] / "sql"
+#: The environment variable of the ClickHouse backend's DSN (a secret: never a flag).
+CLICKHOUSE_DSN_ENV = "QUARRY_WAREHOUSE__CLICKHOUSE__DSN"
 
 
 class ServiceConfig(BaseModel):
@@ -45,12 +49,27 @@ class CurationConfig(BaseModel):
     memory_limit: str = Field(default="2GB", description="DuckDB memory limit of the reader")
 
 
-class WarehouseSection(BaseModel):
-    """Where the warehouse is. Empty means the embedded DuckLake of the state folder."""
+class ClickHouseSection(BaseModel):
+    """The ClickHouse backend's server (``backend = "clickhouse"``): ``dsn`` is the writer's
+    (``http(s)://user:password@host:port``; ``chdb:///folder`` for chDB, in-process, one
+    process per folder), ``reader_dsn`` the readers' account when set. Both are secrets:
+    set them through the environment (``QUARRY_WAREHOUSE__CLICKHOUSE__DSN``), never a flag."""
 
+    dsn: SecretStr | None = None
+    reader_dsn: SecretStr | None = None
+    database: str = Field(default="quarry", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
+
+
+class WarehouseSection(BaseModel):
+    """Where the warehouse is. Empty means the embedded DuckLake of the state folder;
+    ``backend = "clickhouse"`` (``QUARRY_WAREHOUSE__BACKEND``) selects ClickHouse, at
+    ``clickhouse.dsn``."""
+
+    backend: Literal["ducklake", "clickhouse"] = "ducklake"
     catalog_dsn: SecretStr | None = None
     reader_catalog_dsn: SecretStr | None = None
     data_path: Path | None = None
+    clickhouse: ClickHouseSection = ClickHouseSection()
 
 
 class Settings(BaseSettings):
@@ -88,10 +107,28 @@ class Settings(BaseSettings):
         if reader is None and section.catalog_dsn is None:
             reader = SecretStr(embedded.dsn(CATALOG_DB, user=READER_ROLE))
         return WarehouseConfig(
+            backend=section.backend,
             catalog_dsn=catalog,
             reader_catalog_dsn=reader,
             data_path=section.data_path or self.paths.warehouse,
             query_timeout_s=self.curation.timeout_s,
             max_rows=self.curation.max_rows,
             reader_memory_limit=self.curation.memory_limit,
+            clickhouse=self._clickhouse_config(),
+        )
+
+    def _clickhouse_config(self) -> ClickHouseConfig | None:
+        """The ClickHouse section of the warehouse config; ``None`` on DuckLake."""
+        section = self.warehouse
+        if section.backend != "clickhouse":
+            return None
+        if section.clickhouse.dsn is None:
+            raise ConfigError(
+                f"the ClickHouse warehouse backend needs its server's DSN: set {CLICKHOUSE_DSN_ENV}"
+                " (e.g. https://user:password@host:8443)"
+            )
+        return ClickHouseConfig(
+            dsn=section.clickhouse.dsn,
+            reader_dsn=section.clickhouse.reader_dsn,
+            database=section.clickhouse.database,
         )

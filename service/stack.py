@@ -18,17 +18,21 @@ from filelock import FileLock
 
 from cdc.status import read_status
 from service import processes
-from service.errors import StackError
+from service.errors import ConfigError, StackError
 from service.migrations import apply_migrations
 from service.postgres import CATALOG_DB, OPERATIONAL_DB, EmbeddedPostgres
 from service.processes import Daemon
 from service.server import url_file
 from service.settings import Settings
 from service.tokens import ensure_admin_token
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.backends import open_warehouse
+from warehouse.config import WarehouseConfig
 
 T = TypeVar("T")
 
+#: DSN scheme of chDB (``warehouse.clickhouse_client.CHDB_SCHEME``, not imported here: the
+#: stack loads clickhouse-connect only when it uses it).
+CHDB_SCHEME = "chdb:"
 # Started in this order by ``up``, stopped in reverse by ``down``.
 DAEMONS = ("cdc", "service")
 # The follower rewrites its status at least once a second; older than this means stuck or dead.
@@ -60,6 +64,20 @@ class StackStatus:
         }
 
 
+def check_stack_backend(config: WarehouseConfig) -> None:
+    """Refuse a warehouse the stack's separate processes cannot share: chDB (ClickHouse
+    in-process) opens one data folder in one process only, and the follower and the service
+    are two. The stack runs on DuckLake (the default) or a ClickHouse server."""
+    section = config.clickhouse
+    dsn = section.dsn.get_secret_value() if section is not None else ""
+    if config.backend == "clickhouse" and dsn.startswith(CHDB_SCHEME):
+        raise ConfigError(
+            "the embedded stack cannot run on chDB: the CDC follower and the service are "
+            "separate processes and chDB opens a data folder in one process only; use "
+            "DuckLake (the default) or a ClickHouse server (http(s)://...)"
+        )
+
+
 class Stack:
     """Controls the embedded stack of ``settings.state_dir``."""
 
@@ -72,6 +90,7 @@ class Stack:
 
     def up(self) -> StackStatus:
         """Start every part that is not running; wait until all are healthy."""
+        check_stack_backend(self.settings.warehouse_config())  # before anything starts
         self.paths.ensure()
         with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
             self._start_postgres()
@@ -115,11 +134,15 @@ class Stack:
             ensure_admin_token(conn, self.paths.admin_token)
 
     def _bootstrap_warehouse(self) -> None:
-        """Create or upgrade the lake's tables and views, then let the reader role read the
-        catalog (DuckLake creates its catalog tables on first attach)."""
-        with DuckLakeWarehouse(self.settings.warehouse_config()) as warehouse:
+        """Create or upgrade the warehouse's tables and views; on DuckLake, then let the
+        reader role read the catalog (DuckLake creates its catalog tables on first attach).
+        The config is read now: the embedded catalog's DSN carries the password that
+        starting Postgres the first time writes."""
+        config = self.settings.warehouse_config()
+        with open_warehouse(config) as warehouse:
             warehouse.bootstrap()
-        self.postgres.ensure_reader_role(CATALOG_DB)
+        if config.backend == "ducklake":
+            self.postgres.ensure_reader_role(CATALOG_DB)
 
     def _daemon(self, name: str) -> Daemon:
         args = {"service": ("serve",), "cdc": ("cdc", "follow")}[name]

@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.warehouse",
     "tests.fixtures.stack",
+    "tests.fixtures.clickhouse",
 ]

@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import ClassVar
 
 import pyarrow as pa
 
@@ -44,6 +45,9 @@ class MaintenanceReport:
 
 class Warehouse(ABC):
     """One warehouse: the mirrored tables, the CDC position and the curation views."""
+
+    #: The SQL dialect (sqlglot's name) that :meth:`query_arrow` takes.
+    dialect: ClassVar[str] = "duckdb"
 
     @abstractmethod
     def bootstrap(self) -> None:

@@ -383,13 +383,15 @@ class ClickHouseWarehouse(Warehouse):
         timeout_s: float | None = None,
         max_rows: int | None = None,
         tables: Mapping[str, pa.Table] | None = None,
+        tag: str | None = None,
     ) -> pa.Table:
         """Run one read-only query, in ClickHouse's dialect, at the latest (or the given)
         snapshot; see :mod:`warehouse.clickhouse_reader` for the limits. ``timeout_s``
         (default ``config.query_timeout_s``) stops the query in the engine
         (``QueryTimeoutError``); more than ``max_rows`` rows (default ``config.max_rows``)
         raise ``RowLimitError``; ``tables`` are Arrow tables the query reads by name (as
-        temporary tables, unpinned)."""
+        temporary tables, unpinned); ``tag`` (letters, digits, ``-``, ``_``) names the query
+        for :meth:`kill_queries`."""
         snapshot = self.current_snapshot() if snapshot_id is None else int(snapshot_id)
         if snapshot_id is not None and not self._exists(snapshot):
             raise QueryError(
@@ -398,8 +400,14 @@ class ClickHouseWarehouse(Warehouse):
                 snapshot_id=snapshot,
             )
         return self._reader.query_arrow(
-            sql, snapshot=snapshot, timeout_s=timeout_s, max_rows=max_rows, tables=tables
+            sql, snapshot=snapshot, timeout_s=timeout_s, max_rows=max_rows, tables=tables, tag=tag
         )
+
+    def kill_queries(self, tag: str) -> None:
+        """Stop this warehouse's running read queries tagged ``tag`` (``KILL QUERY ...
+        ASYNC``): each fails with a ``QueryError`` (code 394, ``QUERY_WAS_CANCELLED``). A query
+        that starts afterwards is not affected; kill again to stop it."""
+        self._reader.kill(tag)
 
     def _exists(self, snapshot: int) -> bool:
         rows = self._reader.fetch(

@@ -51,21 +51,24 @@ def pin_query(
 
 
 def _name_columns(tree: exp.Expr) -> None:
-    """Name the result's qualified columns as DuckDB does: ``l.start_ns`` is ``start_ns``
-    (ClickHouse would call it ``l.start_ns``). Computed columns keep each engine's own
-    naming; curations alias them."""
-    if isinstance(tree, exp.SetOperation):
-        _name_columns(tree.left)  # both engines name a set operation's columns after it
-        return
-    if not isinstance(tree, exp.Select):
-        return
-    for projection in list(tree.expressions):
-        if (
-            isinstance(projection, exp.Column)
-            and projection.table
-            and isinstance(projection.this, exp.Identifier)
-        ):
-            projection.replace(exp.alias_(projection.copy(), projection.name, quoted=True))
+    """Name qualified columns as DuckDB does, in the result and in every subquery and CTE
+    (whose names the query around reads): ``l.start_ns`` is ``start_ns`` (ClickHouse would
+    call it ``l.start_ns``), unless another column of that SELECT already takes the name.
+    Computed columns keep each engine's own naming; curations alias them."""
+    for select in list(tree.find_all(exp.Select)):
+        taken = [p.alias_or_name for p in select.expressions if not _is_qualified(p)]
+        for projection in list(select.expressions):
+            if _is_qualified(projection) and projection.name not in taken:
+                taken.append(projection.name)
+                projection.replace(exp.alias_(projection.copy(), projection.name, quoted=True))
+
+
+def _is_qualified(projection: exp.Expr) -> bool:
+    return (
+        isinstance(projection, exp.Column)
+        and bool(projection.table)
+        and isinstance(projection.this, exp.Identifier)
+    )
 
 
 def _parse(sql: str) -> exp.Query:

@@ -48,6 +48,7 @@ _UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _INT64_MAX = 2**63 - 1
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+_TAG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def parse_bytes(text: str) -> int:
@@ -120,6 +121,7 @@ class ClickHouseReader:
         timeout_s: float | None,
         max_rows: int | None,
         tables: Mapping[str, pa.Table] | None = None,
+        tag: str | None = None,
     ) -> pa.Table:
         """Run one read-only query at ``snapshot``; see the module docstring.
 
@@ -128,7 +130,10 @@ class ClickHouseReader:
             config's ``max_rows``; ``None`` there means no cap).
         :param tables: Arrow tables the query reads by name, as temporary tables of the
             query's session (unpinned).
+        :param tag: the query's ``log_comment``, by which :meth:`kill` finds it.
         """
+        if tag is not None:
+            check_tag(tag)
         extra = self._check_names(tables or {}, sql)
         text = pin_query(sql, self._names, snapshot, extra)
         limit_s = timeout_s if timeout_s is not None else self._config.query_timeout_s
@@ -136,7 +141,8 @@ class ClickHouseReader:
         client, own_readonly = self._borrow()
         try:
             with _temporary(client, tables or {}):
-                table = client.query_arrow(text + self._settings(limit_s, cap, own_readonly))
+                settings = self._settings(limit_s, cap, own_readonly, tag)
+                table = client.query_arrow(text + settings)
         except ClickHouseError as error:
             client.close()  # a failed query may leave session state behind (chDB)
             raise _query_failure(error, sql, limit_s, cap, snapshot) from error
@@ -166,7 +172,15 @@ class ClickHouseReader:
             self._view_names = frozenset(str(r[0]) for r in rows)
         return self._view_names
 
-    def _settings(self, limit_s: float, cap: int | None, own_readonly: bool) -> str:
+    def kill(self, tag: str) -> None:
+        """Stop the running queries tagged ``tag`` (``KILL QUERY``, not waiting); a query that
+        has not started yet, or has ended, is not affected."""
+        check_tag(tag)
+        self.fetch(f"KILL QUERY WHERE Settings['log_comment'] = '{tag}' ASYNC")
+
+    def _settings(
+        self, limit_s: float, cap: int | None, own_readonly: bool, tag: str | None = None
+    ) -> str:
         settings: list[tuple[str, str]] = [
             ("max_execution_time", repr(float(limit_s))),
             ("timeout_overflow_mode", "'throw'"),
@@ -177,6 +191,8 @@ class ClickHouseReader:
         ]
         if cap is not None:
             settings += [("max_result_rows", str(int(cap))), ("result_overflow_mode", "'throw'")]
+        if tag is not None:
+            settings.append(("log_comment", f"'{tag}'"))
         if own_readonly:
             settings.append(("readonly", "1"))  # last: nothing can be set after it
         return "\nSETTINGS " + ", ".join(f"{name} = {value}" for name, value in settings)
@@ -189,6 +205,12 @@ class ClickHouseReader:
             except queue.Empty:
                 return
             client.close()
+
+
+def check_tag(tag: str) -> None:
+    """Refuse a query tag that is not a short identifier (it is spliced into SQL)."""
+    if not isinstance(tag, str) or not _TAG.match(tag):
+        raise WarehouseError(f"not a query tag: {tag!r} (letters, digits, '-', '_')", tag=tag)
 
 
 @contextmanager

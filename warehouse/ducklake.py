@@ -45,6 +45,9 @@ class DuckLakeWarehouse(Warehouse):
     service) never opens the writer.
     """
 
+    #: The SQL dialect :meth:`query_arrow` takes (sqlglot's name).
+    dialect = "duckdb"
+
     def __init__(self, config: WarehouseConfig, *, sql_dir: Path | None = None) -> None:
         self._config = config
         self._sql_dir = sql_dir or SQL_ROOT / "ducklake"

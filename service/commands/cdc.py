@@ -13,7 +13,7 @@ import click
 from cdc.follower import follow as run_follower
 from cdc.status import read_status
 from service.commands._common import JSON, STATE_DIR, build_settings, emit
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.backends import open_warehouse
 
 
 @click.group()
@@ -39,7 +39,7 @@ def follow(state_dir: Path | None, resnapshot: bool) -> None:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with DuckLakeWarehouse(settings.warehouse_config()) as warehouse:
+    with open_warehouse(settings.warehouse_config()) as warehouse:
         run_follower(settings.operational_dsn(), warehouse, config, stop, settings.paths.cdc_status)
 
 

@@ -45,7 +45,11 @@ CARRY = ("topics",)
 
 
 class CurationSource(Protocol):
-    """What a curation needs of the warehouse: a pinned snapshot and bounded reads."""
+    """What a curation needs of the warehouse: a pinned snapshot and bounded reads, in the
+    SQL dialect (sqlglot's name) of the backend: ``dialect``."""
+
+    @property
+    def dialect(self) -> str: ...
 
     def current_snapshot(self) -> int: ...
 
@@ -217,7 +221,7 @@ def run_query(
         scope.check()
     try:
         return source.query_arrow(
-            tree.sql(dialect="duckdb", comments=False),
+            tree.sql(dialect=source.dialect, comments=False),
             snapshot_id=snapshot,
             timeout_s=limits.timeout_s,
             max_rows=INTERNAL_MAX_ROWS if internal else limits.max_rows,

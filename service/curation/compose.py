@@ -194,8 +194,10 @@ def stats_query() -> exp.Select:
             "sum(count) AS count",
             "min(min) AS min",
             "max(max) AS max",
-            "list(sum) AS sums",
-            "list(sum_sq) AS sums_sq",
+            # ARRAY_AGG: DuckDB's list(), ClickHouse's groupArray() (which skips NULL terms,
+            # as norm_stats does)
+            exp.ArrayAgg(this=exp.column("sum")).as_("sums"),
+            exp.ArrayAgg(this=exp.column("sum_sq")).as_("sums_sq"),
         )
         .from_(STATS_VIEW)
         .where(exp.column("episode_id").isin(query=ids))

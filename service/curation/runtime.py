@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -27,12 +27,15 @@ from service.curation.build import (
     rebuild_manifest,
     run_curation,
 )
-from service.curation.cancel import CancelScope, InterruptibleReader
+from service.curation.cancel import CancelScope, InterruptibleReader, KillableReader
 from service.curation.jobs import Connect, JobRunner
 from service.curation.preview import Preview, preview_curation
 from service.settings import Settings
+from warehouse.backends import dialect_of
 from warehouse.base import Warehouse
 from warehouse.changes import Position
+from warehouse.config import WarehouseConfig
+from warehouse.errors import WarehouseError
 
 #: Concurrent synchronous builds, previews and rebuilds; more wait their turn.
 BUILD_WORKERS = 8
@@ -43,13 +46,38 @@ QUICK_WORKERS = 4
 T = TypeVar("T")
 
 
+class CancellableReader(Protocol):
+    """Bounded reads that the current cancel scope can stop (see :mod:`cancel`)."""
+
+    def query_arrow(
+        self,
+        sql: str,
+        *,
+        snapshot_id: int | None = None,
+        timeout_s: float | None = None,
+        max_rows: int | None = None,
+        tables: Mapping[str, pa.Table] | None = None,
+    ) -> pa.Table: ...
+
+    def close(self) -> None: ...
+
+
 class LakeSource:
     """A :class:`~service.curation.build.CurationSource`: snapshots, versions and positions
-    from the warehouse, queries on an :class:`InterruptibleReader` (same limits)."""
+    from the warehouse, queries (in ``dialect``) on a reader that a cancel can stop: an
+    :class:`InterruptibleReader` on DuckLake, a :class:`KillableReader` on ClickHouse (same
+    limits). Make one with :func:`curation_source`."""
 
-    def __init__(self, warehouse: Warehouse, reader: InterruptibleReader) -> None:
+    def __init__(
+        self, warehouse: Warehouse, reader: CancellableReader, dialect: str = "duckdb"
+    ) -> None:
         self._warehouse = warehouse
         self._reader = reader
+        self._dialect = dialect
+
+    @property
+    def dialect(self) -> str:
+        return self._dialect
 
     def current_snapshot(self) -> int:
         return self._warehouse.current_snapshot()
@@ -77,6 +105,21 @@ class LakeSource:
         self._reader.close()
 
 
+def curation_source(config: WarehouseConfig, warehouse: Warehouse) -> LakeSource:
+    """The curation source of ``warehouse`` (opened from ``config``): its queries in the
+    backend's dialect, on a reader that a cancel scope can stop."""
+    if config.backend == "clickhouse":
+        from warehouse.clickhouse import ClickHouseWarehouse
+
+        if not isinstance(warehouse, ClickHouseWarehouse):
+            raise WarehouseError(
+                f"the config names the ClickHouse backend but the warehouse is "
+                f"{type(warehouse).__name__}"
+            )
+        return LakeSource(warehouse, KillableReader(warehouse), dialect_of(config))
+    return LakeSource(warehouse, InterruptibleReader(config), dialect_of(config))
+
+
 class CurationRuntime:
     """Curation machinery of one service process; see the module docstring."""
 
@@ -84,7 +127,7 @@ class CurationRuntime:
         section = settings.curation
         self.limits = CurationLimits(timeout_s=section.timeout_s, max_rows=section.max_rows)
         self.manifest_dir: Path = settings.paths.manifests
-        self.source = LakeSource(warehouse, InterruptibleReader(settings.warehouse_config()))
+        self.source = curation_source(settings.warehouse_config(), warehouse)
         self.connect = connect
         self.builds = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix="curation-build")
         self.job_pool = ThreadPoolExecutor(JOB_WORKERS, thread_name_prefix="curation-job")

@@ -173,6 +173,27 @@ def normalize(value: Any) -> Any:
     return value
 
 
+def table_columns(conn: psycopg.Connection[Any], table: str) -> tuple[list[str], set[str]]:
+    """A Postgres table's columns in order, and which of them hold JSON."""
+    columns = [
+        str(c)
+        for (c,) in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum",
+            (table,),
+        )
+    ]
+    json_columns = {
+        str(c)
+        for (c,) in conn.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+            "AND atttypid IN ('jsonb'::regtype, 'json'::regtype)",
+            (table,),
+        )
+    }
+    return columns, json_columns
+
+
 def source_rows(
     conn: psycopg.Connection[Any], table: str, columns: list[str]
 ) -> list[tuple[Any, ...]]:
@@ -207,22 +228,7 @@ def assert_mirrored(conn: psycopg.Connection[Any], lake: DuckLakeWarehouse) -> i
     the number of rows compared."""
     total = 0
     for table in MIRRORED:
-        columns = [
-            str(c)
-            for (c,) in conn.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                "AND NOT attisdropped ORDER BY attnum",
-                (table,),
-            )
-        ]
-        json_columns = {
-            str(c)
-            for (c,) in conn.execute(
-                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-                "AND atttypid IN ('jsonb'::regtype, 'json'::regtype)",
-                (table,),
-            )
-        }
+        columns, json_columns = table_columns(conn, table)
         expected = source_rows(conn, table, columns)
         actual = warehouse_rows(lake, table, columns, json_columns)
         assert actual == expected, f"{table} differs from Postgres"

@@ -8,6 +8,8 @@ backend with sqlglot, as the service renders a checked curation.
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,15 +31,17 @@ from tests.cdc.conftest import (
     running,
     seed,
     source_rows,
+    table_columns,
     wait_until,
 )
-from tests.fixtures.clickhouse import ChdbEngine, chdb_engine_session
+from tests.fixtures.clickhouse import ChdbEngine
 from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.conftest import batch, episode_row, event, robot
 from tests.warehouse.fleet import fleet
 from warehouse.backends import dialect_of, open_warehouse
 from warehouse.base import CURATION_VIEWS, Warehouse
 from warehouse.changes import ChangeBatch, ColumnSpec, Op, Position, SnapshotChunk, TableSpec
+from warehouse.clickhouse import ClickHouseWarehouse
 from warehouse.clickhouse_schema import Databases
 from warehouse.config import WarehouseConfig
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseError
@@ -72,11 +76,6 @@ class Case:
 
 
 Opener = Callable[..., Case]
-
-
-@pytest.fixture(scope="session")
-def chdb() -> Iterator[ChdbEngine]:
-    yield from chdb_engine_session()
 
 
 def _open(request: pytest.FixtureRequest, backend: str, folder: Path, **updates: Any) -> Case:
@@ -409,6 +408,41 @@ def test_reader_refuses_writes_and_escapes(case: Case) -> None:
     assert case.column("SELECT count(*) AS n FROM episodes") == [0]
 
 
+def test_clickhouse_kills_a_tagged_query(open_case: Opener) -> None:
+    """``kill_queries`` stops the running queries of a tag (the service's cancel); a tag
+    must be a short identifier, since it is spliced into SQL."""
+    case = open_case("clickhouse")
+    house = case.warehouse
+    assert isinstance(house, ClickHouseWarehouse)
+    rows = [event(Op.CREATE, "episodes", 100, i + 1, after=episode_row()) for i in range(40)]
+    house.apply(batch(*rows))
+    joined = ", ".join(f"episodes AS e{n}" for n in range(7))  # 40^7 rows
+    runaway = case.render(f"SELECT count(*) AS n FROM {joined} WHERE e0.steps + e6.steps > 0")
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            house.query_arrow(runaway, timeout_s=30, tag="t-1")
+        except QueryError as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while thread.is_alive() and time.monotonic() < deadline:
+        house.kill_queries("t-1")
+        thread.join(0.2)
+    assert not thread.is_alive()
+    assert len(failures) == 1 and "QUERY_WAS_CANCELLED" in str(failures[0])
+    assert not isinstance(failures[0], QueryTimeoutError)
+    for tag in ("x' OR 1 = 1 --", "", "a" * 65):
+        with pytest.raises(WarehouseError, match="not a query tag"):
+            house.kill_queries(tag)
+        with pytest.raises(WarehouseError, match="not a query tag"):
+            house.query_arrow("SELECT 1 AS n", tag=tag)
+    assert case.column("SELECT count(*) AS n FROM episodes", tag="t-2") == [40]
+
+
 def _manifest(snapshot: int, lsn: int) -> Any:
     row: dict[str, Any] = {"id": "m1", "reuse_key": "k", "sql": "SELECT 1", "sample_spec": "{}"}
     row |= {"snapshot_id": snapshot, "cdc_position": "", "rows": 1, "samples": 1}
@@ -451,6 +485,11 @@ def test_maintenance_keeps_what_manifests_pin_and_purges_the_rest(
 
 CURATIONS = [
     "SELECT * FROM episodes ORDER BY id",
+    # qualified columns of a subquery and a CTE are named as DuckDB names them
+    "WITH f AS (SELECT q.episode_id, q.flag FROM episode_quality_flags AS q) "
+    "SELECT s.id, s.start_ns, f.flag FROM (SELECT e.id, l.start_ns FROM episodes AS e "
+    "JOIN episode_labels AS l ON l.episode_id = e.id) AS s JOIN f ON f.episode_id = s.id "
+    "ORDER BY s.id, f.flag",
     "SELECT id, start_ns, end_ns FROM episodes WHERE success AND robot_id IN ('r1', 'r2') "
     "ORDER BY id",
     "SELECT id FROM episodes WHERE NOT list_contains(quality_flags, 'camera_blackout') "
@@ -556,22 +595,7 @@ def _live_rows(case: Case, conn: Any, table: str) -> tuple[list[tuple[Any, ...]]
     """A mirrored table's live rows at the current snapshot, and Postgres's, comparable."""
     assert case.config.clickhouse is not None
     meta = f"{case.config.clickhouse.database}_meta"
-    columns = [
-        str(c)
-        for (c,) in conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-            "AND NOT attisdropped ORDER BY attnum",
-            (table,),
-        )
-    ]
-    json_columns = {
-        str(c)
-        for (c,) in conn.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
-            "AND atttypid IN ('jsonb'::regtype, 'json'::regtype)",
-            (table,),
-        )
-    }
+    columns, json_columns = table_columns(conn, table)
     names = ", ".join(f"`{c}`" for c in columns)
     live = case.warehouse.query_arrow(f"SELECT {names} FROM {meta}.live_{table}").to_pylist()
     rows = sorted(

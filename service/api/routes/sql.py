@@ -90,7 +90,7 @@ def run_sql(
     warehouse = context.warehouse()
     snapshot = resolve_snapshot(warehouse, body.snapshot_id)
     table = warehouse.query_arrow(
-        checked.render(),
+        checked.render(warehouse.dialect),
         snapshot_id=snapshot,
         timeout_s=_capped(body.timeout_s, context.settings.curation.timeout_s),
         max_rows=int(_capped(body.max_rows, context.settings.service.sql_max_rows)),
