@@ -214,6 +214,8 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temp)")
     args = parser.parse_args()
     p = SMALL if args.small else FULL
+    if args.dir is not None:
+        args.dir.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="quarry-curation-bench-", dir=args.dir))
     try:
         before = os.getloadavg()[0]

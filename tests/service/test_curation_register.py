@@ -52,3 +52,12 @@ def test_the_same_bytes_registered_again_keep_the_first_lineage(
     registered(pg_conn, first)
     registered(pg_conn, [str(uuid.UUID(int=3))])
     assert lineage(pg_conn) == first
+
+
+def test_lineage_rows_pay_no_foreign_key_check(pg_conn: psycopg.Connection[Any]) -> None:
+    # Migration 0003: registration writes a manifest and its lineage in one transaction and
+    # manifests are never deleted; the primary key alone still refuses a repeated row.
+    kinds = pg_conn.execute(
+        "SELECT contype FROM pg_constraint WHERE conrelid = 'manifest_episodes'::regclass"
+    ).fetchall()
+    assert sorted(k for (k,) in kinds) == ["p"]
