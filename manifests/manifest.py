@@ -10,6 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -21,6 +22,7 @@ from .errors import (
     ManifestIndexError,
     ManifestIOError,
     ManifestNotFoundError,
+    ManifestSchemaError,
 )
 from .index import SampleIndex
 from .meta import ManifestMeta
@@ -165,9 +167,20 @@ class Manifest:
         return batch
 
     def column_view(self, batch: int, name: str) -> npt.NDArray[Any]:
-        """One batch's slice of an integer column as a read-only numpy view (no copy)."""
+        """One batch's slice of an integer column as a read-only numpy view (no copy).
+
+        Built straight on the column's data buffer: ``Array.to_numpy`` would import pandas
+        (about 0.6 s in every process that opens a manifest, DataLoader workers included).
+        """
         array = self.batch(batch).column(name)
-        return array.to_numpy(zero_copy_only=True)  # type: ignore[no-any-return]
+        if not pa.types.is_integer(array.type) or array.null_count:
+            raise ManifestSchemaError(
+                f"column {name!r} is not an integer column without nulls", path=str(self.path)
+            )
+        kind = "i" if pa.types.is_signed_integer(array.type) else "u"
+        dtype = np.dtype(f"<{kind}{array.type.bit_width // 8}")
+        start = array.offset * dtype.itemsize
+        return np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=start)
 
     def row(self, row: int) -> ManifestRow:
         """Row ``row`` as a record (reads only its batch)."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from manifests import (
     build_manifest,
     open_manifest,
 )
+from manifests.errors import ManifestSchemaError
 
 
 def test_metadata_accessors(make_table, meta: ManifestMeta, out_dir: Path) -> None:
@@ -160,3 +163,29 @@ def test_ranks_mapping_one_manifest_share_one_copy(make_table, meta, out_dir: Pa
             rank.join(timeout=30)
     assert all(rss > 0.95 * size_kib for rss, _ in usage)  # every rank has every page
     assert 0.95 * size_kib < sum(pss for _, pss in usage) < 1.05 * size_kib  # one copy of them
+
+
+def test_column_view_respects_slices_and_refuses_other_columns(
+    make_table, meta, out_dir: Path
+) -> None:
+    manifest = open_manifest(build_manifest(make_table([1] * 10), meta, out_dir, batch_rows=4).path)
+    assert [manifest.column_view(b, "sample_offset").tolist() for b in range(3)] == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9],
+    ]
+    with pytest.raises(ManifestSchemaError):
+        manifest.column_view(0, "uri")
+
+
+def test_locating_a_sample_does_not_import_pandas(make_table, meta, out_dir: Path) -> None:
+    # pandas costs about 0.6 s to import, in every process (DataLoader workers too).
+    path = build_manifest(make_table([3] * 5), meta, out_dir).path
+    probe = (
+        "import sys; from manifests.manifest import open_manifest; "
+        f"m = open_manifest({str(path)!r}); assert m.locate(7) == (2, 1), m.locate(7); "
+        "print('pandas' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
