@@ -227,9 +227,15 @@ class BatchStream:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(self._join_s)
-            if thread.is_alive():  # still inside the loader (a slow or hung worker)
+            if thread.is_alive() and _has_workers(iterator):  # a slow or hung worker
                 _stop_workers(iterator)
                 thread.join(self._join_s)
+            elif thread.is_alive():
+                # No worker processes: the thread assembles the batch itself (decoding in
+                # native code). Let it finish that batch: a thread left inside native code
+                # when the interpreter exits aborts the process ("terminate called without an
+                # active exception"), seen with num_workers=0 on a loaded machine.
+                thread.join(_IN_PROCESS_JOIN_S)
         if thread is None:
             _stop_workers(iterator)
         if self._ready is not None:
@@ -322,6 +328,15 @@ def _produce(iterator: Iterator[Any], ready: _Ready) -> None:
         _stop_workers(iterator)
     if not ready.stopped.is_set():
         ready.put(ended)
+
+
+_IN_PROCESS_JOIN_S = 300.0
+"""How long :meth:`BatchStream.close` waits for a batch assembled in the stream's own thread."""
+
+
+def _has_workers(iterator: Iterator[Any]) -> bool:
+    """Whether ``iterator`` takes its batches from worker processes (a DataLoader's)."""
+    return int(getattr(iterator, "_num_workers", 0) or 0) > 0
 
 
 def _stop_workers(iterator: Iterator[Any]) -> None:
