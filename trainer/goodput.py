@@ -239,6 +239,7 @@ class GcPauses:
         self.seconds = 0.0
         self.count = 0
         self.longest_s = 0.0
+        self.full = 0  # collections of the oldest generation
         self._started = 0.0
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
@@ -249,6 +250,7 @@ class GcPauses:
         self.seconds += pause
         self.count += 1
         self.longest_s = max(self.longest_s, pause)
+        self.full += info.get("generation") == 2
 
 
 class Timeline:

@@ -34,6 +34,7 @@ from loader.sampler import EpochSampler
 from loader.warm import manifest_refs, warm_cache
 from manifests import build_manifest
 from manifests import open_manifest as open_mmap
+from trainer.goodput import GcPauses
 
 Note = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -224,40 +225,19 @@ def measure_loop(p: Params, corpus: Corpus, folder: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _frozen_heap() -> Iterator[_GcPauses]:
+def _frozen_heap() -> Iterator[GcPauses]:
     """What this process allocated so far (manifests, pyarrow, torch) leaves the collector's
     generations, so a full collection does not stall a step for a second; the pauses that
     remain are added up."""
     gc.collect()
     gc.freeze()
-    pauses = _GcPauses()
+    pauses = GcPauses()
     gc.callbacks.append(pauses)
     try:
         yield pauses
     finally:
         gc.callbacks.remove(pauses)
         gc.unfreeze()
-
-
-class _GcPauses:
-    """A ``gc.callbacks`` entry that adds up the collector's pauses in this process."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self.count = 0
-        self.longest_s = 0.0
-        self.full = 0  # collections of the oldest generation
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        pause = time.perf_counter() - self._started
-        self.seconds += pause
-        self.count += 1
-        self.longest_s = max(self.longest_s, pause)
-        self.full += info.get("generation") == 2
 
 
 @dataclass

@@ -4,7 +4,6 @@ and previews that match what a build then holds."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from service.api.schemas import CurationCreate
 from service.curation.filters import CurationFilters, compile_filters
 from service.curation.guard import check_curation
 from service.stack import Stack
-from tests.fixtures.curation import api_client
 from tests.fixtures.stack import run_json
 from warehouse.base import CURATION_VIEWS
 from warehouse.ducklake import DuckLakeWarehouse
@@ -101,12 +99,6 @@ def test_a_curation_is_sql_or_filters_not_both() -> None:
 
 
 # -- against the corpus ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def api(corpus: Stack) -> Iterator[httpx.Client]:
-    with api_client(corpus) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -19,15 +18,9 @@ import psycopg
 import pytest
 
 from service.stack import Stack
-from tests.fixtures.curation import RUNAWAY_SQL, api_client, wait_for
+from tests.fixtures.curation import RUNAWAY_SQL, wait_for
 
 PROBLEM = "application/problem+json"
-
-
-@pytest.fixture(scope="module")
-def api(corpus: Stack) -> Iterator[httpx.Client]:
-    with api_client(corpus) as client:
-        yield client
 
 
 def submit(api: httpx.Client, **body: Any) -> dict[str, Any]:

@@ -9,18 +9,9 @@ import pyarrow as pa
 import pytest
 
 from manifests.manifest import open_manifest
-from service.stack import Stack
 from tests.fixtures.stack import CORPUS_EPISODES
 
 PROBLEM = "application/problem+json"
-
-
-@pytest.fixture(scope="module")
-def api(corpus: Stack) -> httpx.Client:
-    url = corpus.status().service_url
-    token = corpus.paths.admin_token.read_text().strip()
-    assert url is not None
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
 
 
 def curate(api: httpx.Client, sql: str, **extra: Any) -> httpx.Response:

@@ -10,21 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.stack import Stack
-
 PROBLEM = "application/problem+json"
 LIMIT = 1 << 20  # service.max_body_bytes, the default
-
-
-@pytest.fixture(scope="module")
-def api(corpus: Stack) -> Iterator[httpx.Client]:
-    url = corpus.status().service_url
-    assert url is not None
-    token = corpus.paths.admin_token.read_text().strip()
-    with httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-    ) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pyarrow as pa
 import pytest
 
-from service.stack import Stack
 from tests.fixtures.stack import CORPUS_EPISODES
 
 PROBLEM = "application/problem+json"
@@ -18,17 +15,6 @@ RUNAWAY = (
     "SELECT count(*) AS n FROM episode_stats a, episode_stats b, episode_stats c, "
     "episode_stats d WHERE md5(a.field || b.field || c.field || d.dim) < 'a'"
 )
-
-
-@pytest.fixture(scope="module")
-def api(corpus: Stack) -> Iterator[httpx.Client]:
-    url = corpus.status().service_url
-    assert url is not None
-    token = corpus.paths.admin_token.read_text().strip()
-    with httpx.Client(
-        base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-    ) as client:
-        yield client
 
 
 def sql(api: httpx.Client, query: str, **extra: object) -> httpx.Response:

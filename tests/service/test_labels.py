@@ -4,7 +4,6 @@ by CDC, then curated by (or left out of every new curation)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,29 +14,16 @@ import pytest
 from manifests.manifest import open_manifest
 from service.stack import Stack
 from service.tokens import Scope, create_token
-from tests.fixtures.curation import api_client, scratch_episodes, wait_for, warehouse_count
+from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
 from warehouse.ducklake import DuckLakeWarehouse
 
 PROBLEM = "application/problem+json"
 
 
 @pytest.fixture(scope="module")
-def api(corpus: Stack) -> Iterator[httpx.Client]:
-    with api_client(corpus) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def warehouse(corpus: Stack) -> Iterator[DuckLakeWarehouse]:
-    lake = DuckLakeWarehouse(corpus.settings.warehouse_config())
-    yield lake
-    lake.close()
-
-
-@pytest.fixture(scope="module")
-def episode(warehouse: DuckLakeWarehouse) -> dict[str, Any]:
+def episode(corpus_lake: DuckLakeWarehouse) -> dict[str, Any]:
     """One corpus episode: id and log-time range."""
-    rows = warehouse.query_arrow("SELECT id, start_ns, end_ns FROM episodes ORDER BY id LIMIT 1")
+    rows = corpus_lake.query_arrow("SELECT id, start_ns, end_ns FROM episodes ORDER BY id LIMIT 1")
     return dict(rows.to_pylist()[0])
 
 
@@ -45,9 +31,9 @@ def label(api: httpx.Client, episode_id: str, *labels: dict[str, Any]) -> httpx.
     return api.post(f"/v1/episodes/{episode_id}/labels", json={"labels": list(labels)})
 
 
-def wait_for_label(warehouse: DuckLakeWarehouse, key: str, count: int) -> None:
+def wait_for_label(corpus_lake: DuckLakeWarehouse, key: str, count: int) -> None:
     sql = f"SELECT count(*) AS n FROM episode_labels WHERE key = '{key}'"
-    wait_for(lambda: warehouse_count(warehouse, sql) == count, what=f"{count} labels {key!r}")
+    wait_for(lambda: warehouse_count(corpus_lake, sql) == count, what=f"{count} labels {key!r}")
 
 
 def manifest_slices(api: httpx.Client, manifest_id: str, folder: Path) -> list[dict[str, Any]]:
@@ -58,7 +44,7 @@ def manifest_slices(api: httpx.Client, manifest_id: str, folder: Path) -> list[d
 
 
 def test_label_then_curate_by_labelled_segments(
-    api: httpx.Client, warehouse: DuckLakeWarehouse, episode: dict[str, Any], tmp_path: Path
+    api: httpx.Client, corpus_lake: DuckLakeWarehouse, episode: dict[str, Any], tmp_path: Path
 ) -> None:
     key = f"phase-{uuid.uuid4().hex[:8]}"
     start, end = episode["start_ns"], episode["end_ns"]
@@ -75,7 +61,7 @@ def test_label_then_curate_by_labelled_segments(
     listed = api.get(f"/v1/episodes/{episode['id']}/labels").json()["labels"]
     assert {x["key"] for x in listed} >= {key}
 
-    wait_for_label(warehouse, key, 3)
+    wait_for_label(corpus_lake, key, 3)
     sliced = api.post("/v1/curations", json={"filters": {"segments": {"key": key}}})
     assert sliced.status_code == 201, sliced.text
     slices = manifest_slices(api, sliced.json()["manifest_id"], tmp_path)
@@ -149,9 +135,9 @@ def test_retract_needs_the_curate_scope(
 
 
 def test_retracted_episode_leaves_new_curations_and_lists_old_manifests(
-    api: httpx.Client, corpus: Stack, warehouse: DuckLakeWarehouse
+    api: httpx.Client, corpus: Stack, corpus_lake: DuckLakeWarehouse
 ) -> None:
-    with scratch_episodes(corpus, warehouse, 2) as ids:
+    with scratch_episodes(corpus, corpus_lake, 2) as ids:
         listed = ", ".join(f"'{i}'" for i in ids)
         before = api.post(
             "/v1/curations", json={"sql": f"SELECT id FROM episodes WHERE id IN ({listed})"}
@@ -168,7 +154,7 @@ def test_retracted_episode_leaves_new_curations_and_lists_old_manifests(
         assert again["already_retracted"]
 
         gone = f"SELECT count(*) AS n FROM episodes WHERE id = '{ids[0]}'"
-        wait_for(lambda: warehouse_count(warehouse, gone) == 0, what="the retraction by CDC")
+        wait_for(lambda: warehouse_count(corpus_lake, gone) == 0, what="the retraction by CDC")
         after = api.post(
             "/v1/curations", json={"sql": f"SELECT id FROM episodes WHERE id IN ({listed})"}
         )

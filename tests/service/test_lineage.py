@@ -5,7 +5,6 @@ and the example curations of sql/curations/ run as documented."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +16,13 @@ from sqlglot import exp
 from service.curation.guard import check_curation
 from service.settings import SQL_ROOT
 from service.stack import Stack
-from tests.fixtures.curation import api_client, scratch_episodes, wait_for, warehouse_count
+from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
 from tests.fixtures.stack import CORPUS_EPISODES, run_json
 from warehouse.base import CURATION_VIEWS
 from warehouse.ducklake import DuckLakeWarehouse
 
 EXAMPLES = sorted((SQL_ROOT / "curations").glob("*.sql"))
 PLACEHOLDER = "<manifest_id>"
-
-
-@pytest.fixture(scope="module")
-def api(corpus: Stack) -> Iterator[httpx.Client]:
-    with api_client(corpus) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def warehouse(corpus: Stack) -> Iterator[DuckLakeWarehouse]:
-    lake = DuckLakeWarehouse(corpus.settings.warehouse_config())
-    yield lake
-    lake.close()
 
 
 def curate(api: httpx.Client, sql: str) -> dict[str, Any]:
@@ -46,10 +32,10 @@ def curate(api: httpx.Client, sql: str) -> dict[str, Any]:
     return result
 
 
-def wait_for_registry(warehouse: DuckLakeWarehouse, manifest_id: str, rows: int) -> None:
+def wait_for_registry(corpus_lake: DuckLakeWarehouse, manifest_id: str, rows: int) -> None:
     """Until CDC has carried the manifest and its episodes to the warehouse."""
     sql = f"SELECT count(*) AS n FROM manifest_episodes WHERE manifest_id = '{manifest_id}'"
-    wait_for(lambda: warehouse_count(warehouse, sql) == rows, what=f"manifest {manifest_id}")
+    wait_for(lambda: warehouse_count(corpus_lake, sql) == rows, what=f"manifest {manifest_id}")
 
 
 def example(path: Path, **params: str | int) -> str:
@@ -83,15 +69,15 @@ def test_examples_without_parameters_run(api: httpx.Client, corpus: Stack) -> No
 
 
 def test_registry_reaches_the_warehouse_and_lists_an_episodes_manifests(
-    api: httpx.Client, warehouse: DuckLakeWarehouse
+    api: httpx.Client, corpus_lake: DuckLakeWarehouse
 ) -> None:
     built = curate(api, "SELECT id, site FROM episodes WHERE steps > 2")
-    wait_for_registry(warehouse, built["manifest_id"], built["rows"])
-    mirrored = warehouse.query_arrow(
+    wait_for_registry(corpus_lake, built["manifest_id"], built["rows"])
+    mirrored = corpus_lake.query_arrow(
         f"SELECT rows, snapshot_id FROM manifests WHERE id = '{built['manifest_id']}'"
     ).to_pylist()
     assert mirrored == [{"rows": built["rows"], "snapshot_id": built["snapshot_id"]}]
-    episode_id = warehouse.query_arrow(
+    episode_id = corpus_lake.query_arrow(
         f"SELECT min(episode_id) AS e FROM manifest_episodes "
         f"WHERE manifest_id = '{built['manifest_id']}'"
     )["e"][0].as_py()
@@ -100,11 +86,11 @@ def test_registry_reaches_the_warehouse_and_lists_an_episodes_manifests(
 
 
 def test_rebuild_at_the_pinned_snapshot_is_identical_after_the_data_moved(
-    api: httpx.Client, corpus: Stack, warehouse: DuckLakeWarehouse
+    api: httpx.Client, corpus: Stack, corpus_lake: DuckLakeWarehouse
 ) -> None:
     old = curate(api, "SELECT * FROM episodes")
     assert old["rows"] == CORPUS_EPISODES
-    with scratch_episodes(corpus, warehouse, 2) as ids:
+    with scratch_episodes(corpus, corpus_lake, 2) as ids:
         rebuilt = api.post(f"/v1/manifests/{old['manifest_id']}/rebuild")
         assert rebuilt.status_code == 200, rebuilt.text
         assert rebuilt.json() == {
@@ -136,9 +122,9 @@ def test_rebuild_of_an_unknown_manifest_is_404(api: httpx.Client) -> None:
 
 
 def test_stale_episodes_of_a_manifest(
-    api: httpx.Client, corpus: Stack, warehouse: DuckLakeWarehouse
+    api: httpx.Client, corpus: Stack, corpus_lake: DuckLakeWarehouse
 ) -> None:
-    with scratch_episodes(corpus, warehouse, 3, pipeline_version=0) as stale:
+    with scratch_episodes(corpus, corpus_lake, 3, pipeline_version=0) as stale:
         built = curate(api, "SELECT id FROM episodes WHERE pipeline_version <= 1")
         manifest_id = built["manifest_id"]
         assert built["rows"] == CORPUS_EPISODES + 3
@@ -158,7 +144,7 @@ def test_stale_episodes_of_a_manifest(
         everything = api.get(f"/v1/manifests/{manifest_id}/episodes").json()["items"]
         assert len(everything) == CORPUS_EPISODES + 3
 
-        wait_for_registry(warehouse, manifest_id, built["rows"])
+        wait_for_registry(corpus_lake, manifest_id, built["rows"])
         state = corpus.settings.state_dir
         sql = example(
             SQL_ROOT / "curations" / "stale_episodes_of_manifest.sql",
@@ -171,7 +157,7 @@ def test_stale_episodes_of_a_manifest(
 
         api.post(f"/v1/episodes/{stale[0]}/retract")
         gone = f"SELECT count(*) AS n FROM episodes WHERE id = '{stale[0]}'"
-        wait_for(lambda: warehouse_count(warehouse, gone) == 0, what="the retraction")
+        wait_for(lambda: warehouse_count(corpus_lake, gone) == 0, what="the retraction")
         sql = example(
             SQL_ROOT / "curations" / "manifest_without_retracted.sql", manifest_id=manifest_id
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainer.config import CheckpointSection
-from trainer.goodput import GoodputMeter, Ledger, Phase, mfu, resume_ledger
+from trainer.goodput import GcPauses, GoodputMeter, Ledger, Phase, mfu, resume_ledger
 from trainer.schedule import CheckpointSchedule, young_daly_s
 
 
@@ -104,3 +105,15 @@ def test_failure_before_any_checkpoint_loses_everything() -> None:
 def test_mfu() -> None:
     assert mfu(1e9, 0.5, 1e10) == pytest.approx(0.2)
     assert mfu(1e9, 0.0, 1e10) == 0.0
+
+
+def test_gc_pauses_add_up_and_count_full_collections() -> None:
+    pauses = GcPauses()
+    gc.callbacks.append(pauses)
+    try:
+        gc.collect(0)
+        gc.collect()  # the oldest generation
+    finally:
+        gc.callbacks.remove(pauses)
+    assert pauses.count == 2 and pauses.full == 1
+    assert pauses.seconds >= pauses.longest_s > 0
