@@ -12,6 +12,7 @@ import pytest
 from tests.warehouse.conftest import batch, episode_row, event, robot
 from warehouse.changes import ColumnSpec, Op, Position, SnapshotChunk, TableSpec
 from warehouse.config import WarehouseConfig
+from warehouse.connection import attach_lake, new_database
 from warehouse.ducklake import DuckLakeWarehouse
 from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseUnavailableError
 
@@ -277,3 +278,43 @@ def test_maintenance_purges_only_tombstones_older_than_pins_and_retention(
         assert lake.maintain().purged == 1
         assert lake.query_arrow(tombstones).to_pylist() == [{"n": 0}]
         assert ids(lake) == [b["id"]]
+
+
+def _robots_per_file(config: WarehouseConfig) -> list[list[str]]:
+    """The ``robot_id`` of each live row of ``mirror.episodes``, per data file, in file order."""
+    con = new_database(threads=1)
+    try:
+        attach_lake(con, config, read_only=True)
+        files = con.execute(
+            "SELECT data_file FROM ducklake_list_files($1, 'episodes', schema => 'mirror')",
+            [config.alias],
+        ).fetchall()
+        return [
+            [r[0] for r in con.execute("SELECT robot_id FROM read_parquet($1)", [f]).fetchall()]
+            for (f,) in files
+        ]
+    finally:
+        con.close()
+
+
+def test_episode_files_are_sorted_by_robot_and_task(warehouse_config: WarehouseConfig) -> None:
+    """Every file the mirror writes for ``episodes`` (a CDC batch, then the compaction that
+    merges batches) is in (robot, task, start) order, so a curation on robot and task skips
+    the row groups of other robots by their statistics."""
+    config = warehouse_config.model_copy(
+        update={"snapshot_retain_s": 0.0, "data_inlining_row_limit": 0}
+    )
+    with DuckLakeWarehouse(config) as lake:
+        lake.bootstrap()
+        for lsn, robots in ((100, ["r3", "r1", "r2", "r1"]), (200, ["r2", "r0", "r3"])):
+            rows = [episode_row(robot_id=r, start_ns=-i) for i, r in enumerate(robots)]
+            lake.apply(
+                batch(
+                    *[event(Op.CREATE, "episodes", lsn, i + 1, after=r) for i, r in enumerate(rows)]
+                )
+            )
+        written = _robots_per_file(config)
+        assert [sorted(f) for f in written] == written and len(written) == 2
+        lake.maintain()
+        merged = _robots_per_file(config)
+    assert merged == [["r0", "r1", "r1", "r2", "r2", "r3", "r3"]]
