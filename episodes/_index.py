@@ -1,8 +1,14 @@
 """Low-level container access: the summary, the metadata record and whole chunks.
 
 Reads go through :class:`Source`, one ``read`` per record, so a remote file object (an fsspec
-file opened without read-ahead) costs one request per summary, metadata record or chunk.
-Sizes read from the file are bounded before anything is allocated.
+file opened without read-ahead) costs one request per summary, metadata record or chunk (a
+chunk's read takes the message index records that follow it along). Sizes read from the file
+are bounded before anything is allocated.
+
+A chunk is decompressed and CRC-checked whole, but its message records are parsed only when
+asked for, by channel and time range, through the chunk's message index: a sample needs a
+fraction of a window's records (frames up to its anchor, a short state and action window), and
+walking every record in Python was most of a chunk's parsing time.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import IO
 
+import numpy as np
+import numpy.typing as npt
 from mcap.data_stream import ReadDataStream
 from mcap.exceptions import McapError
 from mcap.opcode import Opcode
@@ -52,6 +60,8 @@ class ChunkRef:
     channel_ids: frozenset[int]
     compression: str
     uncompressed_size: int
+    #: bytes of the chunk's message index records, which follow it in the file (0: none).
+    index_length: int = 0
 
 
 @dataclass
@@ -155,7 +165,18 @@ def _chunk_ref(index: ChunkIndex) -> ChunkRef:
         channel_ids=frozenset(index.message_index_offsets),
         compression=index.compression,
         uncompressed_size=index.uncompressed_size,
+        index_length=_index_length(index),
     )
+
+
+def _index_length(index: ChunkIndex) -> int:
+    """The length of the message index records when they directly follow the chunk (as
+    mcap's writer puts them); 0 (parse the whole chunk instead) when they lie elsewhere."""
+    offsets = index.message_index_offsets.values()
+    follows = index.chunk_start_offset + index.chunk_length
+    if not offsets or min(offsets) != follows or index.message_index_length > MAX_CHUNK_BYTES:
+        return 0
+    return int(index.message_index_length)
 
 
 def read_metadata(src: Source, summary: Summary, name: str) -> dict[str, str] | None:
@@ -179,24 +200,116 @@ def read_metadata(src: Source, summary: Summary, name: str) -> dict[str, str] | 
     return dict(record.metadata)
 
 
-def read_chunk(src: Source, ref: ChunkRef) -> dict[int, list[Message]]:
-    """Read one chunk in a single read, check its CRC, and return its messages by channel id,
-    each channel's in file order."""
+def read_chunk(src: Source, ref: ChunkRef) -> LoadedChunk:
+    """Read one chunk and its message index in a single read, check the chunk's CRC, and
+    return it ready to hand out messages by channel and time."""
     if ref.length > MAX_CHUNK_BYTES or ref.uncompressed_size > MAX_CHUNK_BYTES:
         raise ContainerError("chunk too large", file=src.name, offset=ref.offset)
-    data = src.read_at(ref.offset, ref.length)
+    data = src.read_at(ref.offset, ref.length + ref.index_length)
     try:
         if data[0] != Opcode.CHUNK:
             raise ContainerError("no chunk at its index", file=src.name, offset=ref.offset)
-        chunk = Chunk.read(ReadDataStream(io.BytesIO(data[9:])))
+        chunk = Chunk.read(ReadDataStream(io.BytesIO(data[9 : ref.length])))
         raw = decompress(chunk)
         if chunk.uncompressed_crc and zlib.crc32(raw) != chunk.uncompressed_crc:
             raise ContainerError("chunk CRC mismatch", file=src.name, offset=ref.offset)
-        return _messages(raw)
+        index = _read_indexes(data[ref.length :], len(raw)) if ref.index_length else None
+        if index is None or not ref.channel_ids <= index.keys():
+            index = _scan_records(raw)
+        return LoadedChunk(raw, index, src.name, ref.offset)
     except ContainerError:
         raise
     except Exception as exc:  # zstd, lz4 and struct each raise their own types on bad bytes
         raise ContainerError(f"corrupt chunk: {exc}", file=src.name, offset=ref.offset) from exc
+
+
+#: One channel's messages in a chunk, sorted by log time: log times (ns) and the offsets of
+#: their records in the decompressed chunk.
+ChannelIndex = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]
+
+
+class LoadedChunk:
+    """A chunk's decompressed, CRC-checked records and each channel's message index."""
+
+    def __init__(self, raw: bytes, index: dict[int, ChannelIndex], name: str, offset: int):
+        self._raw, self._index, self._name, self._offset = raw, index, name, offset
+
+    def messages(self, channel: int, lo: int | None = None, hi: int | None = None) -> list[Message]:
+        """Messages of ``channel``, by log time: all of them, or those in ``[lo, hi]`` plus
+        the one just before ``lo`` and the one just after ``hi`` (the neighbours a resampling
+        of the range needs), parsing only those records."""
+        entry = self._index.get(channel)
+        if entry is None:
+            return []
+        times, offsets = entry
+        first = 0 if lo is None else max(0, int(np.searchsorted(times, lo, "left")) - 1)
+        last = len(times) if hi is None else int(np.searchsorted(times, hi, "right")) + 1
+        try:
+            return [self._message(int(at), channel) for at in offsets[first:last]]
+        except (ValueError, struct.error) as exc:
+            raise ContainerError(
+                f"corrupt chunk: {exc}", file=self._name, offset=self._offset
+            ) from exc
+
+    def _message(self, at: int, channel: int) -> Message:
+        raw = self._raw
+        if raw[at] != _OPCODE_MESSAGE:
+            raise ValueError(f"no message record at {at}")
+        _, length, found, sequence, log_time, publish_time = _MESSAGE.unpack_from(raw, at)
+        start, end = at + _MESSAGE.size, at + _RECORD.size + length
+        if found != channel or end > len(raw) or start > end:
+            raise ValueError(f"message index entry {at} does not match its record")
+        return Message(channel, log_time, raw[start:end], publish_time, sequence)
+
+
+def _read_indexes(data: bytes, chunk_size: int) -> dict[int, ChannelIndex] | None:
+    """The message index records in ``data`` by channel (``None`` when there are none)."""
+    out: dict[int, ChannelIndex] = {}
+    pos = 0
+    while pos < len(data):
+        opcode, length = _RECORD.unpack_from(data, pos)
+        body, pos = pos + _RECORD.size, pos + _RECORD.size + length
+        if pos > len(data):
+            raise ValueError(f"message index of {length} bytes overruns the read")
+        if opcode != Opcode.MESSAGE_INDEX:
+            continue
+        channel, size = _INDEX_HEAD.unpack_from(data, body)
+        if size % 16 or body + _INDEX_HEAD.size + size > pos:
+            raise ValueError(f"message index of channel {channel} is malformed")
+        pairs = np.frombuffer(data, "<u8", size // 8, body + _INDEX_HEAD.size).reshape(-1, 2)
+        if pairs.size and (pairs.max() >= 2**63 or pairs[:, 1].max() >= chunk_size):
+            raise ValueError(f"message index of channel {channel} points outside the chunk")
+        out[channel] = _by_time(pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64))
+    return out or None
+
+
+def _scan_records(raw: bytes) -> dict[int, ChannelIndex]:
+    """Each channel's message index, built by walking every record of the chunk (for a chunk
+    whose index is missing or incomplete)."""
+    found: dict[int, tuple[list[int], list[int]]] = {}
+    pos, end = 0, len(raw)
+    while pos < end:
+        opcode, length = _RECORD.unpack_from(raw, pos)
+        if opcode == _OPCODE_MESSAGE:
+            _, _, channel, _, log_time, _ = _MESSAGE.unpack_from(raw, pos)
+            times, offsets = found.setdefault(channel, ([], []))
+            times.append(log_time)
+            offsets.append(pos)
+        pos += _RECORD.size + length
+        if pos > end:
+            raise ValueError(f"record of {length} bytes overruns the chunk")
+    return {
+        channel: _by_time(np.array(t, dtype=np.int64), np.array(o, dtype=np.int64))
+        for channel, (t, o) in found.items()
+    }
+
+
+def _by_time(times: npt.NDArray[np.int64], offsets: npt.NDArray[np.int64]) -> ChannelIndex:
+    """Entries sorted by log time, ties kept in file order."""
+    if len(times) > 1 and bool((np.diff(times) < 0).any()):
+        order = np.argsort(times, kind="stable")
+        return times[order], offsets[order]
+    return times, offsets
 
 
 def decompress(chunk: Chunk) -> bytes:
@@ -209,31 +322,5 @@ _RECORD = struct.Struct("<BQ")
 #: A message record's opcode and length, then channel, sequence, log and publish time.
 _MESSAGE = struct.Struct("<BQHIQQ")
 _OPCODE_MESSAGE = int(Opcode.MESSAGE)
-
-
-def _messages(raw: bytes) -> dict[int, list[Message]]:
-    """Message records of a decompressed chunk by channel (other records skipped).
-
-    This loop runs once per message of every chunk read, so it unpacks a message record's
-    headers in one call, slices its payload straight out of ``raw`` and files it under its
-    channel in the same pass.
-    """
-    out: dict[int, list[Message]] = {}
-    pos, end = 0, len(raw)
-    while pos < end:
-        if raw[pos] == _OPCODE_MESSAGE and pos + _MESSAGE.size <= end:
-            _, length, channel, sequence, log_time, publish_time = _MESSAGE.unpack_from(raw, pos)
-            start, pos = pos + _MESSAGE.size, pos + _RECORD.size + length
-            if pos > end or start > pos:
-                raise ValueError(f"record of {length} bytes overruns the chunk")
-            message = Message(channel, log_time, raw[start:pos], publish_time, sequence)
-            try:
-                out[channel].append(message)
-            except KeyError:
-                out[channel] = [message]
-            continue
-        _, length = _RECORD.unpack_from(raw, pos)
-        pos += _RECORD.size + length
-        if pos > end:
-            raise ValueError(f"record of {length} bytes overruns the chunk")
-    return out
+#: A message index record's channel and the byte length of its (log time, offset) pairs.
+_INDEX_HEAD = struct.Struct("<HI")

@@ -17,7 +17,7 @@ from mcap.records import Message
 
 from . import messages as msg
 from ._h264 import decode_h264
-from ._index import ChunkRef, Source, read_chunk, read_metadata, read_summary
+from ._index import ChunkRef, LoadedChunk, Source, read_chunk, read_metadata, read_summary
 from ._jpeg import decode_jpeg
 from .episode import ACTIONS
 from .errors import DecodeError, RangeError, SchemaError, SourceError, SpecError, TopicError
@@ -51,7 +51,7 @@ class EpisodeReader:
             raise
         #: chunks read so far, counted inside the reader.
         self.chunk_reads = 0
-        #: seconds spent fetching and parsing those chunks (I/O, CRC, decompression).
+        #: seconds spent fetching and parsing chunks (I/O, CRC, decompression, message records).
         self.fetch_seconds = 0.0
         self._refs = {t: self.info.chunks_with(t) for t in self.info.topics}
         self._starts = {t: [r.start_ns for r in refs] for t, refs in self._refs.items()}
@@ -154,7 +154,7 @@ class EpisodeReader:
         i = bisect.bisect_right(self._starts[topic], anchor_ns) - 1
         frames: list[_Frame] = []
         while i >= 0:
-            frames.extend(loaded.frames(refs[i], self.info.topics[topic]))
+            frames.extend(loaded.frames(refs[i], self.info.topics[topic], anchor_ns))
             frames.sort(key=lambda f: f[0].index)
             i -= 1
             before = [k for k, (h, _) in enumerate(frames) if h.time_ns <= anchor_ns]
@@ -220,13 +220,13 @@ class EpisodeReader:
         hits = [k for k, r in enumerate(refs) if r.start_ns <= hi and r.end_ns >= lo]
         first = hits[0] if hits else bisect.bisect_right(self._starts[topic.topic], lo)
         last = hits[-1] if hits else first - 1
-        out = [m for k in hits for m in loaded.messages(refs[k], topic)]
+        out = [m for k in hits for m in loaded.messages(refs[k], topic, lo, hi)]
         while first > 0 and not any(m.log_time <= lo for m in out):
             first -= 1
-            out.extend(loaded.messages(refs[first], topic))
+            out.extend(loaded.messages(refs[first], topic, lo, hi))
         while after and last + 1 < len(refs) and not any(m.log_time >= hi for m in out):
             last += 1
-            out.extend(loaded.messages(refs[last], topic))
+            out.extend(loaded.messages(refs[last], topic, lo, hi))
         return out
 
     def read_messages(
@@ -241,7 +241,9 @@ class EpisodeReader:
         lo, hi = self._range(topic, start_ns, end_ns)
         loaded = _Loaded(self)
         refs = [r for r in self._refs[topic] if r.start_ns < hi and r.end_ns >= lo]
-        out = [m for ref in refs for m in loaded.messages(ref, info) if lo <= m.log_time < hi]
+        out = [
+            m for ref in refs for m in loaded.messages(ref, info, lo, hi) if lo <= m.log_time < hi
+        ]
         out.sort(key=lambda m: m.sequence)
         return out
 
@@ -291,24 +293,31 @@ class EpisodeReader:
 
 
 class _Loaded:
-    """Chunks read during one call, parsed once each and counted on the reader."""
+    """Chunks read during one call, fetched once each and counted on the reader."""
 
     def __init__(self, reader: EpisodeReader) -> None:
         self._reader = reader
-        self._chunks: dict[int, dict[int, list[Message]]] = {}
+        self._chunks: dict[int, LoadedChunk] = {}
 
-    def messages(self, ref: ChunkRef, topic: TopicInfo) -> list[Message]:
+    def messages(
+        self, ref: ChunkRef, topic: TopicInfo, lo: int | None = None, hi: int | None = None
+    ) -> list[Message]:
+        """``topic``'s messages in the chunk at ``ref``: all, or those in ``[lo, hi]`` and
+        their nearest neighbours outside it (see :meth:`LoadedChunk.messages`)."""
         chunk = self._chunks.get(ref.offset)
+        started = time.perf_counter()
         if chunk is None:
-            started = time.perf_counter()
             chunk = read_chunk(self._reader._src, ref)
             self._chunks[ref.offset] = chunk
             self._reader.chunk_reads += 1
-            self._reader.fetch_seconds += time.perf_counter() - started
-        return chunk.get(topic.channel_id, [])
+        found = chunk.messages(topic.channel_id, lo, hi)
+        self._reader.fetch_seconds += time.perf_counter() - started
+        return found
 
-    def frames(self, ref: ChunkRef, topic: TopicInfo) -> list[_Frame]:
-        return [msg.unpack_frame(m.data, topic.topic) for m in self.messages(ref, topic)]
+    def frames(self, ref: ChunkRef, topic: TopicInfo, until_ns: int) -> list[_Frame]:
+        """The chunk's frames of ``topic`` up to ``until_ns`` (and the one after it)."""
+        messages = self.messages(ref, topic, None, until_ns)
+        return [msg.unpack_frame(m.data, topic.topic) for m in messages]
 
     def vectors(
         self, messages: list[Message], topic: TopicInfo
