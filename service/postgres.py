@@ -240,15 +240,18 @@ class EmbeddedPostgres:
         return result
 
     def _hand_over(self, folder: Path) -> None:
-        """As root, give ``folder`` to the Postgres system user and open its parents for
-        traversal (initdb and the server refuse to run as root)."""
+        """As root, give ``folder`` to the Postgres system user and open its parents, and
+        those of the Postgres binaries, for traversal: initdb and the server refuse to run as
+        root, and a checkout inside a private folder (``mktemp -d`` makes one) would hide the
+        binaries in its virtual environment from that user."""
         if not _run_as_root():
             return
         entry = _ensure_system_user()
         os.chown(folder, entry.pw_uid, entry.pw_gid)
-        for parent in folder.parents:
+        for parent in (*folder.parents, *_bin("initdb").parents):
             mode = parent.stat().st_mode
-            parent.chmod(mode | 0o055)
+            if mode & 0o055 != 0o055:
+                parent.chmod(mode | 0o055)
 
 
 def _ensure_system_user() -> pwd.struct_passwd:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import psycopg
 import pytest
 
+import service.postgres as postgres_module
 from service.errors import ConfigError
 from service.migrations import apply_migrations, discover
 from service.paths import StatePaths
@@ -56,5 +58,30 @@ def test_restart_keeps_data(tmp_path: Path) -> None:
         server.start()
         with psycopg.connect(server.dsn("postgres")) as conn:
             assert conn.execute("SELECT v FROM kept").fetchall() == [(42,)]
+    finally:
+        server.stop()
+
+
+def test_starts_from_binaries_inside_a_private_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkout in a private folder (``mktemp -d`` makes them 0700) holds the Postgres
+    binaries in its virtual environment; run as root, the server's own user must still
+    reach them (the failure was "Permission denied: .../pginstall/bin/initdb")."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    # The wheel's layout: site-packages/pgserver/pginstall, its libraries in pgserver.libs.
+    site = postgres_module._bin("initdb").parents[3]
+    install = private / "site-packages" / "pgserver" / "pginstall"
+    shutil.copytree(site / "pgserver" / "pginstall", install, symlinks=True)
+    shutil.copytree(site / "pgserver.libs", install.parents[1] / "pgserver.libs")
+    monkeypatch.setattr(postgres_module, "_bin", lambda name: install / "bin" / name)
+    paths = StatePaths.at(tmp_path / "state")
+    paths.ensure()
+    server = EmbeddedPostgres(paths)
+    server.start()
+    try:
+        with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchall() == [(1,)]
     finally:
         server.stop()
