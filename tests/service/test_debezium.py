@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,6 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-import uvicorn
 from pydantic import SecretStr
 
 from service.api.routes import cdc as cdc_routes
@@ -37,6 +33,7 @@ def service(
     """The service under uvicorn on a loopback port over a lake of its own; an admin and a
     read-only token."""
     from tests.fixtures.postgres import create_database
+    from tests.fixtures.serving import served
     from tests.fixtures.warehouse import new_warehouse_config
 
     dsn = create_database(postgres, "debezium_service")
@@ -56,18 +53,8 @@ def service(
     app = create_app(settings)
     if not any(getattr(r, "path", "") == "/v1/cdc/debezium" for r in app.routes):
         app.include_router(cdc_routes.router)  # until service/app.py registers it
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}", tokens, lake
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with served(app) as url:
+        yield url, tokens, lake
 
 
 @pytest.fixture(scope="module")
