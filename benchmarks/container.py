@@ -3,9 +3,10 @@ interleaved 1 MiB chunks, and per-frame JPEG (DESIGN.md, "Performance"; issue 4)
 
 The same synthetic episodes (8 topics: 4 cameras in one group; joint positions, joint
 velocities, gripper and actions in the other; textured, noisy frames) are written in each
-layout with equal windows. Samples at the same anchors are read locally and through the remote
-path: s3fs against moto's S3 server on loopback (its own process), files opened without
-read-ahead, so each chunk read is one ranged GET. Every layout is read by the same
+layout with equal windows (and, in the grouped and per-topic layouts, the same context copies
+of state and actions around each window). Samples at the same anchors are read locally and
+through the remote path: s3fs against moto's S3 server on loopback (its own process), files
+opened without read-ahead, so each chunk read is one ranged GET. Every layout is read by the same
 ``EpisodeReader.read_sample``; the layouts take turns sample by sample (in a rotating order),
 so load from other processes on a shared machine lands on every layout alike instead of on
 whichever ran last.
@@ -54,6 +55,7 @@ class Params:
     width: int = 128
     height: int = 96
     window_s: float = 2.0
+    context_s: float = 0.7  # grouped and per-topic alike; mcap's default layout has none
     crf: int = 20
     preset: str = "veryfast"
     jpeg_quality: int = 90
@@ -87,7 +89,9 @@ def encode_all(p: Params, episodes: list[EpisodeData]) -> dict[str, list[bytes]]
     out: dict[str, list[bytes]] = {}
     for name, (layout, codec) in LAYOUTS.items():
         video = VideoConfig(codec=codec, crf=p.crf, preset=p.preset, jpeg_quality=p.jpeg_quality)
-        options = WriteOptions(layout=layout, window_s=p.window_s, video=video)
+        options = WriteOptions(
+            layout=layout, window_s=p.window_s, video=video, context_s=p.context_s
+        )
         out[name] = []
         for episode in episodes:
             buffer = io.BytesIO()

@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcap.records import Channel
+
 from . import messages as msg
 from ._index import ChunkRef, Summary
 from .episode import CAMERA, STATE_KINDS, VECTOR_KINDS, Stamps
@@ -26,6 +28,8 @@ class TopicInfo:
     channel_id: int
     schema: dict[str, Any]
     message_count: int | None = None
+    #: the channel carrying this topic's context copies (see episodes.layouts), if any.
+    context_channel_id: int | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -37,7 +41,8 @@ class TopicInfo:
 class ContainerInfo:
     """A container's description, read once when it is opened.
 
-    Times are integer nanoseconds of log time; ``window_ns`` is the layout window W.
+    Times are integer nanoseconds of log time; ``window_ns`` is the layout window W and
+    ``context_ns`` the state and action context each window's chunk carries on either side.
     """
 
     name: str
@@ -50,6 +55,7 @@ class ContainerInfo:
     video: dict[str, Any]
     topics: dict[str, TopicInfo]
     chunks: list[ChunkRef] = field(repr=False)
+    context_ns: int = 0
 
     @property
     def start_ns(self) -> int:
@@ -79,10 +85,14 @@ class ContainerInfo:
         """State topics present, in the fixed state order (positions, velocities, gripper)."""
         return [t for kind in STATE_KINDS if (t := self.vector(kind)) is not None]
 
-    def chunks_with(self, topic: str) -> list[ChunkRef]:
-        """Chunks holding messages of ``topic``, by start time."""
-        channel = self.topics[topic].channel_id
-        return [c for c in self.chunks if channel in c.channel_ids]
+    def chunks_with(self, topic: str, *, context: bool = False) -> list[ChunkRef]:
+        """Chunks holding messages of ``topic`` (with ``context``, its context copies too),
+        by start time."""
+        info = self.topics[topic]
+        channels = {info.channel_id}
+        if context and info.context_channel_id is not None:
+            channels.add(info.context_channel_id)
+        return [c for c in self.chunks if channels & c.channel_ids]
 
 
 def parse_info(summary: Summary, meta: dict[str, str] | None, name: str) -> ContainerInfo:
@@ -106,6 +116,7 @@ def parse_info(summary: Summary, meta: dict[str, str] | None, name: str) -> Cont
                 "topic listed in metadata has no channel", file=name, topic=row["topic"]
             )
         schema = _check_channel(summary, channel.id, row["kind"], name, row["topic"])
+        context = _context_channel(summary, layout, channel, name)
         topics[row["topic"]] = TopicInfo(
             row["topic"],
             row["kind"],
@@ -114,6 +125,7 @@ def parse_info(summary: Summary, meta: dict[str, str] | None, name: str) -> Cont
             channel.id,
             schema,
             counts.get(channel.id),
+            context,
         )
     return ContainerInfo(
         name=name,
@@ -126,6 +138,36 @@ def parse_info(summary: Summary, meta: dict[str, str] | None, name: str) -> Cont
         video=layout.get("video", {}),
         topics=topics,
         chunks=summary.chunks,
+        context_ns=int(layout.get("context_ns", 0)),
+    )
+
+
+def _context_channel(
+    summary: Summary, layout: dict[str, Any], of: Channel, name: str
+) -> int | None:
+    """The channel of the context copies of ``of``'s topic: named in the layout, with the
+    same message encoding and schema."""
+    wanted = layout.get("context_topics", {}).get(of.topic)
+    if wanted is None:
+        return None
+    channel = next((c for c in summary.channels.values() if c.topic == wanted), None)
+    if channel is None or not _same_format(summary, channel, of):
+        raise TopicError(
+            f"context topic {wanted!r} is missing or differs from its topic",
+            file=name,
+            topic=of.topic,
+        )
+    return channel.id
+
+
+def _same_format(summary: Summary, a: Channel, b: Channel) -> bool:
+    schema_a, schema_b = summary.schemas.get(a.schema_id), summary.schemas.get(b.schema_id)
+    return (
+        a.message_encoding == b.message_encoding
+        and schema_a is not None
+        and schema_b is not None
+        and (schema_a.name, schema_a.encoding, schema_a.data)
+        == (schema_b.name, schema_b.encoding, schema_b.data)
     )
 
 

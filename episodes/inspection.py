@@ -23,7 +23,12 @@ def inspect(source: str | os.PathLike[str] | IO[bytes], *, quality: bool = True)
                 "pipeline_version": info.stamps.pipeline_version,
                 "robot_sw_version": info.stamps.robot_sw_version,
             },
-            "layout": {"name": info.layout, "window_ns": info.window_ns, "video": info.video},
+            "layout": {
+                "name": info.layout,
+                "window_ns": info.window_ns,
+                "context_ns": info.context_ns,
+                "video": info.video,
+            },
             "groups": info.groups,
             "topics": [
                 {

@@ -54,6 +54,11 @@ class EpisodeReader:
         #: seconds spent fetching and parsing chunks (I/O, CRC, decompression, message records).
         self.fetch_seconds = 0.0
         self._refs = {t: self.info.chunks_with(t) for t in self.info.topics}
+        self._context_refs = {
+            t: self.info.chunks_with(t, context=True)
+            for t, info in self.info.topics.items()
+            if info.context_channel_id is not None
+        }
         self._starts = {t: [r.start_ns for r in refs] for t, refs in self._refs.items()}
 
     def close(self) -> None:
@@ -101,6 +106,12 @@ class EpisodeReader:
         # Every chunk the sample needs is read before any frame is decoded, so a sample's
         # reads go out back to back and its CPU-bound decoding comes after its I/O.
         loaded = _Loaded(self)
+        # The whole state-and-action stretch: one chunk holding it (with its context) serves
+        # both the state history and the action horizon.
+        loaded.around = (
+            anchor_ns - spec.state_history * spec.period_ns,
+            anchor_ns + spec.action_horizon * spec.period_ns,
+        )
         need = (spec.frames_per_camera - 1) * spec.frame_stride + 1
         cameras = [c for c in self.info.cameras if spec.cameras is None or c.topic in spec.cameras]
         history = {
@@ -215,7 +226,15 @@ class EpisodeReader:
         self, loaded: _Loaded, topic: TopicInfo, lo: int, hi: int, after: bool
     ) -> list[Message]:
         """Messages of ``topic`` from the chunks overlapping ``[lo, hi]``, extended to one
-        message at/before ``lo`` (and, if ``after``, one at/after ``hi``) where they exist."""
+        message at/before ``lo`` (and, if ``after``, one at/after ``hi``) where they exist.
+
+        When one chunk spans ``[lo, hi]`` with the topic's context copies, that chunk alone
+        holds every message of the topic in the range (a chunk's span never reaches past its
+        window and context), so only it is read."""
+        if topic.context_channel_id is not None:
+            found = self._span_in_one_chunk(loaded, topic, lo, hi, after)
+            if found is not None:
+                return found
         refs = self._refs[topic.topic]
         hits = [k for k, r in enumerate(refs) if r.start_ns <= hi and r.end_ns >= lo]
         first = hits[0] if hits else bisect.bisect_right(self._starts[topic.topic], lo)
@@ -229,23 +248,54 @@ class EpisodeReader:
             out.extend(loaded.messages(refs[last], topic, lo, hi))
         return out
 
+    def _span_in_one_chunk(
+        self, loaded: _Loaded, topic: TopicInfo, lo: int, hi: int, after: bool
+    ) -> list[Message] | None:
+        """The span from a single chunk whose messages and context cover it, or ``None``.
+
+        Among the chunks that cover ``[lo, hi]``, one already read for this sample comes
+        first, then one that also covers the sample's whole state-and-action stretch, then the
+        one with the most room on both sides."""
+        covering = [
+            r for r in self._context_refs[topic.topic] if r.start_ns <= lo and r.end_ns >= hi
+        ]
+        if not covering:
+            return None
+        around = loaded.around or (lo, hi)
+
+        def rank(ref: ChunkRef) -> tuple[bool, bool, int]:
+            spans_all = ref.start_ns <= around[0] and ref.end_ns >= around[1]
+            return (loaded.has(ref), spans_all, min(lo - ref.start_ns, ref.end_ns - hi))
+
+        out = loaded.messages(max(covering, key=rank), topic, lo, hi, context=True)
+        if not any(m.log_time <= lo for m in out):
+            return None  # the message before the range lies further back
+        if after and not any(m.log_time >= hi for m in out):
+            return None
+        return out
+
     def read_messages(
         self, topic: str, start_ns: int | None = None, end_ns: int | None = None
     ) -> list[Message]:
         """Messages of ``topic`` in recorded order (by sequence): every one, or those with a
-        log time in ``[start_ns, end_ns)`` (integer ns), reading only the chunks that overlap.
+        log time in ``[start_ns, end_ns)`` (integer ns), reading only the chunks that overlap
+        (only one, when one chunk's messages and context copies span the range).
 
         :raises RangeError: the range is empty or does not overlap the episode.
         """
         info = self._topic(topic)
         lo, hi = self._range(topic, start_ns, end_ns)
         loaded = _Loaded(self)
-        refs = [r for r in self._refs[topic] if r.start_ns < hi and r.end_ns >= lo]
-        out = [
-            m for ref in refs for m in loaded.messages(ref, info, lo, hi) if lo <= m.log_time < hi
+        covering = [
+            r for r in self._context_refs.get(topic, ()) if r.start_ns <= lo and r.end_ns >= hi
         ]
-        out.sort(key=lambda m: m.sequence)
-        return out
+        if covering:
+            found = loaded.messages(covering[0], info, lo, hi, context=True)
+        else:
+            refs = [r for r in self._refs[topic] if r.start_ns < hi and r.end_ns >= lo]
+            found = [m for ref in refs for m in loaded.messages(ref, info, lo, hi)]
+        unique = {m.sequence: m for m in found if lo <= m.log_time < hi}
+        return [unique[k] for k in sorted(unique)]
 
     def read_vectors(
         self, topic: str, start_ns: int | None = None, end_ns: int | None = None
@@ -298,12 +348,25 @@ class _Loaded:
     def __init__(self, reader: EpisodeReader) -> None:
         self._reader = reader
         self._chunks: dict[int, LoadedChunk] = {}
+        #: the sample's state-and-action stretch, which a chunk choice should cover if it can.
+        self.around: tuple[int, int] | None = None
+
+    def has(self, ref: ChunkRef) -> bool:
+        """Whether the chunk at ``ref`` was already read in this call."""
+        return ref.offset in self._chunks
 
     def messages(
-        self, ref: ChunkRef, topic: TopicInfo, lo: int | None = None, hi: int | None = None
+        self,
+        ref: ChunkRef,
+        topic: TopicInfo,
+        lo: int | None = None,
+        hi: int | None = None,
+        *,
+        context: bool = False,
     ) -> list[Message]:
         """``topic``'s messages in the chunk at ``ref``: all, or those in ``[lo, hi]`` and
-        their nearest neighbours outside it (see :meth:`LoadedChunk.messages`)."""
+        their nearest neighbours outside it (see :meth:`LoadedChunk.messages`); with
+        ``context``, its context copies in the chunk too (same sequence numbers)."""
         chunk = self._chunks.get(ref.offset)
         started = time.perf_counter()
         if chunk is None:
@@ -311,6 +374,8 @@ class _Loaded:
             self._chunks[ref.offset] = chunk
             self._reader.chunk_reads += 1
         found = chunk.messages(topic.channel_id, lo, hi)
+        if context and topic.context_channel_id is not None:
+            found += chunk.messages(topic.context_channel_id, lo, hi)
         self._reader.fetch_seconds += time.perf_counter() - started
         return found
 

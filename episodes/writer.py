@@ -17,7 +17,15 @@ from ._jpeg import encode_jpeg
 from .episode import CameraStream, EpisodeData, VectorStream
 from .errors import InputError
 from .info import FORMAT, METADATA_NAME
-from .layouts import CAMERA_GROUP, DEFAULT_CHUNK_BYTES, STATE_GROUP, Layout, Pending, plan_chunks
+from .layouts import (
+    CAMERA_GROUP,
+    DEFAULT_CHUNK_BYTES,
+    STATE_GROUP,
+    Layout,
+    Pending,
+    context_topic,
+    plan_chunks,
+)
 
 PROFILE = "quarry"
 
@@ -29,16 +37,29 @@ class WriteOptions:
     :param layout: chunk layout; ``grouped`` is Quarry's, the others are benchmark baselines.
     :param window_s: window length W in seconds; a multiple of every camera's frame period.
     :param video: camera codec settings.
+    :param context_s: seconds of state and action messages before and after each window that
+        its chunk also carries (copies, on context channels), so that a sample's state
+        history and action horizon up to that long never need the neighbouring window's
+        chunk; 0 writes none. The default covers the default sample spec's 0.64 s horizon
+        (32 steps at 50 Hz) and its neighbours. The interleaved layout never has any.
     """
 
     layout: Layout = Layout.GROUPED
     window_s: float = 2.0
     video: VideoConfig = field(default_factory=VideoConfig)
+    context_s: float = 0.7
 
     @property
     def window_ns(self) -> int:
         """Window length, integer nanoseconds."""
         return round(self.window_s * 1e9)
+
+    @property
+    def context_ns(self) -> int:
+        """Context carried on each side of a window, integer nanoseconds (0 when interleaved)."""
+        if self.layout is Layout.INTERLEAVED:
+            return 0
+        return round(self.context_s * 1e9)
 
 
 def write_episode(
@@ -66,7 +87,9 @@ def _write(episode: EpisodeData, stream: IO[bytes], options: WriteOptions) -> No
     writer.add_metadata(METADATA_NAME, container_metadata(episode, options))
     pending = [m for cam in episode.cameras for m in _camera_messages(episode, cam, options)]
     pending += [m for vec in episode.vectors for m in _vector_messages(vec)]
-    chunks = plan_chunks(pending, options.layout, episode.start_ns, options.window_ns, topics)
+    chunks = plan_chunks(
+        pending, options.layout, episode.start_ns, options.window_ns, topics, options.context_ns
+    )
     for chunk in chunks:
         for m in chunk:
             writer.add_message(channels[m.topic], m.time_ns, m.data, m.time_ns, m.sequence)
@@ -90,6 +113,11 @@ def _register_channels(
         )
         meta = {"kind": vec.kind, "group": STATE_GROUP, "rate_hz": repr(float(vec.rate_hz))}
         channels[vec.topic] = writer.register_channel(vec.topic, msg.VECTOR_ENCODING, schema, meta)
+        if options.context_ns > 0:
+            context = {**meta, "kind": "context", "context_of": vec.topic}
+            channels[context_topic(vec.topic)] = writer.register_channel(
+                context_topic(vec.topic), msg.VECTOR_ENCODING, schema, context
+            )
     return channels
 
 
@@ -165,6 +193,10 @@ def container_metadata(episode: EpisodeData, options: WriteOptions) -> dict[str,
             STATE_GROUP: [v.topic for v in episode.vectors],
         },
         "video": options.video.to_dict(),
+        "context_ns": options.context_ns,
+        "context_topics": {
+            v.topic: context_topic(v.topic) for v in episode.vectors if options.context_ns > 0
+        },
     }
     return {
         "format": FORMAT,

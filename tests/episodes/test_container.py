@@ -14,9 +14,10 @@ from episodes.layouts import CAMERA_GROUP, STATE_GROUP, Layout
 from episodes.messages import unpack_frame
 from episodes.reader import EpisodeReader
 from episodes.spec import SampleSpec
+from episodes.synth import synth_episode
 from episodes.writer import WriteOptions
 
-from .conftest import write
+from .conftest import SHORT, write
 
 SPEC = SampleSpec()
 
@@ -33,13 +34,29 @@ def test_one_chunk_per_group_per_window(container: Path, episode: EpisodeData) -
         windows = -(-(episode.end_ns - episode.start_ns) // info.window_ns)
         assert len(info.chunks) == 2 * windows
         groups = {t.channel_id: t.group for t in info.topics.values()}
+        contexts = {
+            t.context_channel_id: t.group
+            for t in info.topics.values()
+            if t.context_channel_id is not None
+        }
+        assert set(contexts.values()) == {STATE_GROUP} and info.context_ns == 7 * 10**8
         seen = []
         for chunk in sorted(info.chunks, key=lambda c: c.offset):
-            kinds = {groups[c] for c in chunk.channel_ids}
+            kinds = {groups.get(c) or contexts[c] for c in chunk.channel_ids}
             assert len(kinds) == 1
-            window = (chunk.start_ns - episode.start_ns) // info.window_ns
-            assert (chunk.end_ns - episode.start_ns) // info.window_ns == window
-            seen.append((int(window), kinds.pop()))
+            kind = kinds.pop()
+            if kind == CAMERA_GROUP:
+                window = (chunk.start_ns - episode.start_ns) // info.window_ns
+                assert (chunk.end_ns - episode.start_ns) // info.window_ns == window
+            else:  # the camera chunk's window, with up to context_ns on either side
+                low = episode.start_ns + window * info.window_ns - info.context_ns
+                assert (
+                    low
+                    <= chunk.start_ns
+                    <= chunk.end_ns
+                    < low + info.window_ns + 2 * (info.context_ns)
+                )
+            seen.append((int(window), kind))
         # Time-major: window by window, cameras then state.
         assert seen == [(w, g) for w in range(windows) for g in (CAMERA_GROUP, STATE_GROUP)]
         assert set(info.groups[STATE_GROUP]) == {v.topic for v in episode.vectors}
@@ -96,12 +113,51 @@ def test_aligned_sample_reads_one_chunk_per_group(container: Path, episode: Epis
         middle = episode.start_ns + window + window // 2  # history and horizon inside window 1
         reader.read_sample(middle, SPEC)
         assert reader.chunk_reads == 2
-        # 100 ms into window 2: the frames are inside it, the state history is not.
+        # 100 ms into window 2: the frames are inside it, the state history is not; the
+        # state chunk's context holds it.
         reader.read_sample(episode.start_ns + 2 * window + 5 * SPEC.period_ns, SPEC)
-        assert reader.chunk_reads == 2 + 3
-        # At the window's first frame, the frame history reaches back too.
+        assert reader.chunk_reads == 2 + 2
+        # 300 ms before window 2 ends: the action horizon crosses the edge, same.
+        reader.read_sample(episode.start_ns + 3 * window - 15 * SPEC.period_ns, SPEC)
+        assert reader.chunk_reads == 2 + 2 + 2
+        # At the window's first frame, the frame history reaches back to window 1's cameras.
         reader.read_sample(episode.start_ns + 2 * window + SPEC.period_ns, SPEC)
-        assert reader.chunk_reads == 2 + 3 + 4
+        assert reader.chunk_reads == 2 + 2 + 2 + 3
+
+
+def test_without_context_a_crossing_window_reads_the_neighbour(
+    episode: EpisodeData, tmp_path: Path
+) -> None:
+    plain = write(tmp_path, episode, WriteOptions(context_s=0.0))
+    with EpisodeReader(plain) as reader:
+        assert reader.info.context_ns == 0
+        assert all(t.context_channel_id is None for t in reader.info.topics.values())
+        reader.read_sample(episode.start_ns + 2 * reader.info.window_ns + 5 * SPEC.period_ns, SPEC)
+        assert reader.chunk_reads == 3
+
+
+@pytest.mark.parametrize("faults", [(), ("choppy_joints",)])
+def test_context_changes_no_sample_and_no_topic_read(
+    faults: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Samples anywhere (edges, window edges, a gap in the joints, samples out of time
+    order) and whole-topic reads are the same with and without context copies: the copies
+    are never returned twice, and none is missing."""
+    episode = synth_episode(11, 3, SHORT, faults=faults)
+    container = write(tmp_path, episode)
+    (tmp_path / "plain").mkdir()
+    plain = write(tmp_path / "plain", episode, WriteOptions(context_s=0.0))
+    with EpisodeReader(container) as with_context, EpisodeReader(plain) as without:
+        for anchor in range(episode.start_ns, episode.end_ns, 3 * SPEC.period_ns):
+            a, b = with_context.read_sample(anchor, SPEC), without.read_sample(anchor, SPEC)
+            for name in ("state", "state_ns", "state_valid", "actions", "action_ns"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+            np.testing.assert_array_equal(a.action_valid, b.action_valid)
+        assert with_context.chunk_reads < without.chunk_reads
+        for vec in episode.vectors:
+            times, values = with_context.read_vectors(vec.topic)
+            assert times.tolist() == vec.timestamps_ns.tolist()
+            np.testing.assert_array_equal(values, without.read_vectors(vec.topic)[1])
 
 
 def test_edges_are_masked(container: Path, episode: EpisodeData) -> None:
@@ -165,6 +221,8 @@ def test_inspect(container: Path, episode: EpisodeData) -> None:
     assert out["episode"]["episode_id"] == episode.episode_id
     assert out["stamps"]["robot_sw_version"] == episode.stamps.robot_sw_version
     assert {t["group"] for t in out["topics"]} == {CAMERA_GROUP, STATE_GROUP}
+    assert not any(t["topic"].startswith("/quarry/context") for t in out["topics"])
+    assert out["layout"]["context_ns"] == 7 * 10**8
     assert all(
         len({t["topic"] for t in out["topics"] if t["topic"] in c["topics"]}) >= 1
         for c in out["chunks"]
