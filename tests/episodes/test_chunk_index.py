@@ -78,19 +78,26 @@ def test_samples_are_the_same_with_and_without_indexes(
         assert walked.bytes_read < indexed.bytes_read
 
 
-def test_an_index_entry_that_misses_its_record_is_a_container_error(
-    container: Path, tmp_path: Path
-) -> None:
+def _damaged_index(container: Path, tmp_path: Path, offset: int | None) -> tuple[Path, ChunkRef]:
+    """A copy of ``container`` whose third chunk's first message index entry points at
+    ``offset`` (None: one byte past the record it named)."""
     reader, ref = _chunk_and_reader(container)
     reader.close()
     data = bytearray(container.read_bytes())
     # The first index record's first entry: opcode, length, channel, pairs length, then
-    # (log time, offset); point the offset one byte past its record's start.
+    # (log time, offset).
     entry = ref.offset + ref.length + 1 + 8 + 2 + 4
-    (offset,) = struct.unpack_from("<Q", data, entry + 8)
-    struct.pack_into("<Q", data, entry + 8, offset + 1)
+    (was,) = struct.unpack_from("<Q", data, entry + 8)
+    struct.pack_into("<Q", data, entry + 8, was + 1 if offset is None else offset)
     bad = tmp_path / "bad_index.mcap"
     bad.write_bytes(bytes(data))
+    return bad, ref
+
+
+def test_an_index_entry_that_misses_its_record_is_a_container_error(
+    container: Path, tmp_path: Path
+) -> None:
+    bad, ref = _damaged_index(container, tmp_path, None)
     with bad.open("rb") as f:
         chunk = read_chunk(Source(f, str(bad)), ref)
         with pytest.raises(ContainerError) as caught:
@@ -102,13 +109,8 @@ def test_an_index_entry_that_misses_its_record_is_a_container_error(
 def test_an_index_pointing_outside_the_chunk_is_a_container_error(
     container: Path, tmp_path: Path
 ) -> None:
-    reader, ref = _chunk_and_reader(container)
-    reader.close()
-    data = bytearray(container.read_bytes())
-    entry = ref.offset + ref.length + 1 + 8 + 2 + 4
-    struct.pack_into("<Q", data, entry + 8, ref.uncompressed_size + 10)
-    bad = tmp_path / "outside.mcap"
-    bad.write_bytes(bytes(data))
+    _, ref = _chunk_and_reader(container)
+    bad, ref = _damaged_index(container, tmp_path, ref.uncompressed_size + 10)
     with bad.open("rb") as f, pytest.raises(ContainerError) as caught:
         read_chunk(Source(f, str(bad)), ref)
     assert caught.value.offset == ref.offset and "outside the chunk" in str(caught.value)

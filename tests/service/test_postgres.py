@@ -44,11 +44,17 @@ def test_badly_named_migration_is_refused(tmp_path: Path) -> None:
         discover(tmp_path)
 
 
-def test_restart_keeps_data(tmp_path: Path) -> None:
+def _started(tmp_path: Path) -> EmbeddedPostgres:
+    """A new server with its state under ``tmp_path``, started (the caller stops it)."""
     paths = StatePaths.at(tmp_path / "state")
     paths.ensure()
     server = EmbeddedPostgres(paths)
     server.start()
+    return server
+
+
+def test_restart_keeps_data(tmp_path: Path) -> None:
+    server = _started(tmp_path)
     try:
         with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
             conn.execute("CREATE TABLE kept (v int)")
@@ -76,10 +82,7 @@ def test_starts_from_binaries_inside_a_private_folder(
     shutil.copytree(site / "pgserver" / "pginstall", install, symlinks=True)
     shutil.copytree(site / "pgserver.libs", install.parents[1] / "pgserver.libs")
     monkeypatch.setattr(postgres_module, "_bin", lambda name: install / "bin" / name)
-    paths = StatePaths.at(tmp_path / "state")
-    paths.ensure()
-    server = EmbeddedPostgres(paths)
-    server.start()
+    server = _started(tmp_path)
     try:
         with psycopg.connect(server.dsn("postgres"), autocommit=True) as conn:
             assert conn.execute("SELECT 1").fetchall() == [(1,)]
