@@ -59,6 +59,9 @@ class EpisodeReader:
             for t, info in self.info.topics.items()
             if info.context_channel_id is not None
         }
+        self._context_starts = {
+            t: [r.start_ns for r in refs] for t, refs in self._context_refs.items()
+        }
         self._starts = {t: [r.start_ns for r in refs] for t, refs in self._refs.items()}
 
     def close(self) -> None:
@@ -256,9 +259,7 @@ class EpisodeReader:
         Among the chunks that cover ``[lo, hi]``, one already read for this sample comes
         first, then one that also covers the sample's whole state-and-action stretch, then the
         one with the most room on both sides."""
-        covering = [
-            r for r in self._context_refs[topic.topic] if r.start_ns <= lo and r.end_ns >= hi
-        ]
+        covering = self._covering(topic.topic, lo, hi)
         if not covering:
             return None
         around = loaded.around or (lo, hi)
@@ -274,6 +275,19 @@ class EpisodeReader:
             return None
         return out
 
+    def _covering(self, topic: str, lo: int, hi: int) -> list[ChunkRef]:
+        """Chunks with ``topic``'s messages or context copies whose span holds ``[lo, hi]``.
+
+        A span is at most a window plus the context on either side; with a context shorter
+        than a window (the writer's default) only the last two chunks starting at/before
+        ``lo`` can hold the range, so only those are looked at (a longer context only means a
+        range may be read the general way)."""
+        refs = self._context_refs.get(topic)
+        if refs is None:
+            return []
+        last = bisect.bisect_right(self._context_starts[topic], lo)
+        return [r for r in refs[max(0, last - 2) : last] if r.end_ns >= hi]
+
     def read_messages(
         self, topic: str, start_ns: int | None = None, end_ns: int | None = None
     ) -> list[Message]:
@@ -286,9 +300,7 @@ class EpisodeReader:
         info = self._topic(topic)
         lo, hi = self._range(topic, start_ns, end_ns)
         loaded = _Loaded(self)
-        covering = [
-            r for r in self._context_refs.get(topic, ()) if r.start_ns <= lo and r.end_ns >= hi
-        ]
+        covering = self._covering(topic, lo, hi)
         if covering:
             found = loaded.messages(covering[0], info, lo, hi, context=True)
         else:
