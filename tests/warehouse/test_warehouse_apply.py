@@ -1,4 +1,5 @@
-"""Applying change batches to a real DuckLake: versions, tombstones, truncates, TOAST, schema."""
+"""DuckLake-specific behaviour of applying change batches (commit info, mirror columns, file
+order, maintenance); what every backend does alike is in test_backends.py."""
 
 from __future__ import annotations
 
@@ -6,11 +7,10 @@ import json
 import pickle
 import time
 
-import pyarrow as pa
 import pytest
 
 from tests.warehouse.conftest import batch, episode_row, event, robot
-from warehouse.changes import ColumnSpec, Op, Position, SnapshotChunk, TableSpec
+from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
 from warehouse.connection import attach_lake, new_database
 from warehouse.ducklake import DuckLakeWarehouse
@@ -19,14 +19,6 @@ from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseU
 
 def ids(lake: DuckLakeWarehouse, sql: str = "SELECT id FROM episodes ORDER BY id") -> list[str]:
     return [str(v) for v in lake.query_arrow(sql).column(0).to_pylist()]
-
-
-def test_bootstrap_is_idempotent(warehouse: DuckLakeWarehouse) -> None:
-    before = warehouse.current_snapshot()
-    warehouse.bootstrap()
-    assert warehouse.current_snapshot() == before
-    assert warehouse.position() is None
-    assert warehouse.mirrored_tables()["episode_stats"] == ("episode_id", "field", "dim")
 
 
 def test_episodes_view_exposes_manifest_columns_first(warehouse: DuckLakeWarehouse) -> None:
@@ -86,43 +78,6 @@ def test_replayed_and_older_changes_change_nothing(warehouse: DuckLakeWarehouse)
     assert [(r["_lsn"], r["steps"]) for r in rows] == [(300, 3)]
 
 
-def test_tombstone_blocks_an_older_insert(warehouse: DuckLakeWarehouse) -> None:
-    a = episode_row()
-    warehouse.apply(batch(event(Op.DELETE, "episodes", 500, before={"id": a["id"]})))
-    warehouse.apply(batch(event(Op.CREATE, "episodes", 400, after=a)))
-    assert ids(warehouse) == []
-
-
-def test_truncate_then_insert_in_one_batch(warehouse: DuckLakeWarehouse) -> None:
-    a, b = episode_row(), episode_row()
-    warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))
-    warehouse.apply(
-        batch(
-            event(Op.CREATE, "episodes", 200, after={**a, "steps": 1}),
-            event(Op.TRUNCATE, "episodes", 300, 1),
-            event(Op.CREATE, "episodes", 300, 2, after=b),
-        )
-    )
-    assert ids(warehouse) == [b["id"]]
-
-
-def test_unchanged_toast_keeps_the_stored_value(warehouse: DuckLakeWarehouse) -> None:
-    a = episode_row(qc_report='{"big": "value"}')
-    warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))
-    partial = {**a, "qc_report": None, "steps": 9}
-    warehouse.apply(
-        batch(event(Op.UPDATE, "episodes", 200, after=partial, unchanged=frozenset({"qc_report"})))
-    )
-    row = warehouse.query_arrow("SELECT qc_report, steps FROM episodes").to_pylist()[0]
-    assert row == {"qc_report": '{"big": "value"}', "steps": 9}
-
-
-def test_key_change_moves_the_row(warehouse: DuckLakeWarehouse) -> None:
-    warehouse.apply(batch(event(Op.CREATE, "robots", 100, after=robot("r1"))))
-    warehouse.apply(batch(event(Op.UPDATE, "robots", 200, before={"id": "r1"}, after=robot("r2"))))
-    assert warehouse.query_arrow("SELECT id FROM robots").column(0).to_pylist() == ["r2"]
-
-
 def test_episodes_view_has_one_row_per_live_episode(warehouse: DuckLakeWarehouse) -> None:
     a, b = episode_row(), episode_row(status="retracted")
     flags = [
@@ -149,25 +104,6 @@ def test_episodes_view_has_one_row_per_live_episode(warehouse: DuckLakeWarehouse
     ]
     count = warehouse.query_arrow("SELECT count(*) AS n FROM episode_quality_flags")
     assert count.to_pylist() == [{"n": 2}]
-
-
-def test_snapshot_load_tombstones_rows_it_lacks(warehouse: DuckLakeWarehouse) -> None:
-    stale = episode_row()
-    warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=stale)))
-    rows = pa.table(
-        {
-            "id": ["r9"],
-            "model": ["arm"],
-            "site": ["lab"],
-            "created_at": ["2024-01-02 03:04:05.5+00"],
-        }
-    )
-    position = Position(lsn=1000, snapshot_lsn=1000, slot="s")
-    warehouse.apply_snapshot(["robots", "episodes"], [SnapshotChunk("robots", rows)], position)
-    assert ids(warehouse) == []
-    robots = warehouse.query_arrow("SELECT id, created_at FROM robots").to_pylist()
-    assert robots[0]["id"] == "r9" and robots[0]["created_at"].microsecond == 500_000
-    assert warehouse.position() == position
 
 
 def test_schema_change_adds_columns_and_tables(warehouse: DuckLakeWarehouse) -> None:
