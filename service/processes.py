@@ -51,16 +51,33 @@ _spawned: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def is_alive(pid: int | None, marker: str) -> bool:
-    """True when ``pid`` runs and its command line contains ``marker`` (guards pid reuse)."""
+    """True when ``pid`` runs and its command line contains ``marker`` (guards pid reuse).
+
+    A daemon this process spawned is judged by its own handle. Any other process is read
+    from ``/proc``, where a process that is in the middle of ``exec`` shows an empty command
+    line for a moment (its new memory is in place, its arguments not yet): that is read
+    again rather than taken for a different process.
+    """
     if pid is None:
         return False
+    if pid in _spawned:
+        return _spawned[pid].poll() is None
     try:
         process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return False
-        return any(marker in part for part in process.cmdline())
+        for _ in range(_EXEC_READS):
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return False
+            cmdline = process.cmdline()
+            if cmdline:
+                return any(marker in part for part in cmdline)
+            time.sleep(0.01)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+    return False  # no command line at all: a kernel thread, not ours
+
+
+# Reads of an empty command line (10 ms apart) before a process counts as not ours.
+_EXEC_READS = 50
 
 
 def exit_status(pid: int) -> str | None:

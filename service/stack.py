@@ -16,7 +16,7 @@ import httpx
 import psycopg
 from filelock import FileLock
 
-from cdc.status import read_status
+from cdc.status import FollowerStatus, read_status
 from service import processes
 from service.errors import ConfigError, StackError
 from service.migrations import apply_migrations
@@ -200,7 +200,7 @@ class Stack:
     def _cdc_status(self, pid: int | None) -> PartStatus:
         current = read_status(self.paths.cdc_status)
         if not processes.is_alive(pid, self._marker()) or current is None:
-            return PartStatus(False, {"error": "not running"})
+            return PartStatus(False, self._dead_cdc_detail(pid, current))
         age = time.time() - datetime.fromisoformat(current.updated_at).timestamp()
         detail = {
             "pid": pid,
@@ -216,6 +216,24 @@ class Stack:
         if not healthy:
             detail["error"] = current.last_error or f"state {current.state}, {age:.0f} s old"
         return PartStatus(healthy, detail)
+
+    def _dead_cdc_detail(self, pid: int | None, last: FollowerStatus | None) -> dict[str, Any]:
+        """What a user needs when the follower is gone: how it ended, as far as its own last
+        status says (a follower that stops on an error writes it there first), and its log."""
+        detail: dict[str, Any] = {"error": "not running"}
+        if pid is None:
+            return detail
+        detail["log"] = str(self.paths.logs / "cdc.log")
+        if last is not None and last.pid == pid:
+            detail.update(
+                last_state=last.state,
+                last_error=last.last_error,
+                last_error_at=last.last_error_at,
+                last_update=last.updated_at,
+            )
+            if last.state == "failed" and last.last_error:
+                detail["error"] = f"not running: {last.last_error}"
+        return detail
 
     def _service_url(self) -> str | None:
         path = url_file(self.settings)

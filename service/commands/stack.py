@@ -15,6 +15,8 @@ def _describe(status: StackStatus) -> str:
     for name, part in status.parts.items():
         mark = "healthy" if part.healthy else f"DOWN ({part.detail.get('error', 'unhealthy')})"
         lines.append(f"{name:<11} {mark}")
+        if not part.healthy and part.detail.get("log"):
+            lines.append(f"{'':<11} see {part.detail['log']}")
     return "\n".join(lines)
 
 

@@ -46,3 +46,20 @@ def test_exit_status_of_a_running_or_foreign_process() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_process_in_the_middle_of_exec_is_alive() -> None:
+    """Popen returns while the child's exec is still setting up its arguments, when
+    ``/proc`` shows an empty command line; that must not read as "exited" (it made ``quarry
+    up`` report a daemon that was starting as dead, with an empty log, in ~6% of spawns)."""
+    marker = "quarry-exec-window-marker"
+    for _ in range(200):
+        child = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(30)", marker], start_new_session=True
+        )
+        try:
+            assert processes.is_alive(child.pid, marker)
+        finally:
+            child.kill()
+            child.wait()
+        assert not processes.is_alive(child.pid, marker)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import stat
+import time
 from pathlib import Path
 
 import httpx
 import psycopg
 
+from service import processes
 from service.paths import StatePaths
 from service.postgres import EmbeddedPostgres
 from service.stack import Stack
@@ -76,3 +79,48 @@ def test_killed_service_is_restarted_by_up(state: Path) -> None:
         assert again["parts"]["service"]["pid"] != first["parts"]["service"]["pid"]
     finally:
         run_quarry(state, "down", check=False)
+
+
+def test_status_says_how_a_dead_follower_ended(state: Path) -> None:
+    """A follower killed outright is "not running" with its log; one that stopped on an
+    error (its slot dropped under it) says which error, from its last status."""
+    try:
+        up = run_json(state, "up")
+        os.kill(up["parts"]["cdc"]["pid"], signal.SIGKILL)
+        killed = run_quarry(state, "status", "--json", check=False)
+        assert killed.returncode == 3
+        cdc = json.loads(killed.stdout)["parts"]["cdc"]
+        assert cdc["healthy"] is False
+        assert cdc["error"] == "not running"
+        assert cdc["last_state"] == "streaming"
+        assert cdc["log"] == str(state / "logs" / "cdc.log")
+
+        again = run_json(state, "up")  # a new follower, resuming from the warehouse
+        _drop_slot_under(state, again["parts"]["cdc"]["pid"])
+        text = run_quarry(state, "status", check=False)
+        assert text.returncode == 3
+        assert "cdc         DOWN (not running: SlotDroppedError" in text.stdout
+        assert f"see {state / 'logs' / 'cdc.log'}" in text.stdout
+    finally:
+        run_quarry(state, "down", check=False)
+
+
+def _drop_slot_under(state: Path, follower_pid: int, timeout_s: float = 60.0) -> None:
+    """Drop the follower's slot (ending its stream first) and wait until it has exited."""
+    dsn = EmbeddedPostgres(StatePaths.at(state)).dsn()
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            conn.execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
+                "WHERE active_pid IS NOT NULL"
+            )
+            try:
+                conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots")
+                break
+            except psycopg.errors.ObjectInUse:
+                time.sleep(0.05)  # the follower reconnected first; end that stream too
+    marker = str(StatePaths.at(state).root)
+    while time.monotonic() < deadline and processes.is_alive(follower_pid, marker):
+        time.sleep(0.1)
+    assert not processes.is_alive(follower_pid, marker), "the follower ran on without its slot"
