@@ -57,6 +57,13 @@ class CdcConfig(BaseModel):
     )
     retry_initial_s: float = Field(default=0.5, gt=0)
     retry_max_s: float = Field(default=10.0, gt=0)
+    unexpected_retries: int = Field(
+        default=5,
+        ge=0,
+        description="an error the follower does not know (a bug, an unclassified library "
+        "error) is logged with its traceback and retried like a lost connection this many "
+        "times in a row before the follower stops on it",
+    )
     resnapshot: bool = Field(
         default=False,
         description="drop the slot and take a new initial snapshot; only "

@@ -85,17 +85,35 @@ class Follower:
         return self._progress.status
 
     def run(self, stop: threading.Event) -> None:
+        """Step until ``stop``. Known transient errors are retried with backoff; terminal
+        ones stop the follower. An error of a kind it does not know is retried the same way
+        (the warehouse's position makes a retry safe) up to ``config.unexpected_retries``
+        times in a row, with its traceback in the log, so that one odd failure does not end
+        the stream while a persistent one still stops it."""
         backoff = self._config.retry_initial_s
+        unexpected = 0
         try:
             while not stop.is_set():
                 try:
                     if self._position is None:
                         self._start()
                     self._step()
-                    backoff = self._config.retry_initial_s
+                    backoff, unexpected = self._config.retry_initial_s, 0
                 except (CdcError, WarehouseError, psycopg.OperationalError) as error:
                     if not getattr(error, "retryable", True):
                         raise
+                    self._retry_after(error)
+                    stop.wait(backoff)
+                    backoff = min(backoff * 2, self._config.retry_max_s)
+                except Exception as error:
+                    unexpected += 1
+                    if unexpected > self._config.unexpected_retries:
+                        raise
+                    log.exception(
+                        "unexpected error in the CDC follower (%d of %d retries)",
+                        unexpected,
+                        self._config.unexpected_retries,
+                    )
                     self._retry_after(error)
                     stop.wait(backoff)
                     backoff = min(backoff * 2, self._config.retry_max_s)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from dataclasses import asdict
@@ -30,6 +31,9 @@ def cdc() -> None:
 )
 def follow(state_dir: Path | None, resnapshot: bool) -> None:
     """Run the CDC follower in the foreground until SIGTERM/SIGINT (``up`` runs it for you)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = build_settings(state_dir)
     config = settings.cdc.model_copy(update={"resnapshot": resnapshot})
     stop = threading.Event()

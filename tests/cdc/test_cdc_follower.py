@@ -28,6 +28,8 @@ from tests.cdc.conftest import (
     seed,
     wait_until,
 )
+from warehouse.changes import ChangeBatch
+from warehouse.config import WarehouseConfig
 from warehouse.ducklake import DuckLakeWarehouse
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -298,3 +300,68 @@ def test_table_added_to_the_publication_is_backfilled(
     ).to_pylist()
     assert sorted((r["id"], r["name"]) for r in mirrored) == expected and len(expected) == 50
     assert_mirrored(pg_conn, warehouse)
+
+
+class FailingApplies(DuckLakeWarehouse):
+    """A real lake whose next ``failures`` applies raise an error of no kind the follower
+    knows (as a bug or an unclassified library error would), before anything commits."""
+
+    def __init__(self, config: WarehouseConfig, failures: int) -> None:
+        super().__init__(config)
+        self.failures = failures
+
+    def apply(self, batch: ChangeBatch) -> int:
+        if self.failures > 0:
+            self.failures -= 1
+            raise RuntimeError("injected: an error of no known kind")
+        return super().apply(batch)
+
+
+def test_an_unexpected_error_is_retried_and_loses_nothing(
+    pg_conn: Conn,
+    pg_dsn: str,
+    warehouse_config: WarehouseConfig,
+    cdc_config: CdcConfig,
+    tmp_path: Path,
+) -> None:
+    lake = FailingApplies(warehouse_config, failures=0)
+    lake.bootstrap()
+    config = cdc_config.model_copy(update={"retry_initial_s": 0.05})
+    status_path = tmp_path / "cdc.json"
+    try:
+        seed(pg_conn, 3)
+        with running(pg_dsn, lake, config, status_path) as follower:
+            wait_until(caught_up(pg_conn, lake, follower))
+            lake.failures = 2
+            insert_episodes(pg_conn, 5)
+            wait_until(caught_up(pg_conn, lake, follower))
+        status = read_status(status_path)
+        assert status is not None and status.state == "stopped"
+        assert status.errors_total == 2
+        assert status.last_error == "RuntimeError: injected: an error of no known kind"
+        assert_mirrored(pg_conn, lake)
+    finally:
+        lake.close()
+
+
+def test_a_persistent_unexpected_error_stops_the_follower(
+    pg_conn: Conn,
+    pg_dsn: str,
+    warehouse_config: WarehouseConfig,
+    cdc_config: CdcConfig,
+    tmp_path: Path,
+) -> None:
+    lake = FailingApplies(warehouse_config, failures=1_000)
+    lake.bootstrap()
+    config = cdc_config.model_copy(update={"retry_initial_s": 0.05, "unexpected_retries": 2})
+    status_path = tmp_path / "cdc.json"
+    try:
+        seed(pg_conn, 1)
+        with pytest.raises(RuntimeError, match="injected"):
+            follow(pg_dsn, lake, config, threading.Event(), status_path)
+        assert lake.failures == 1_000 - 3  # the first try and two retries
+        status = read_status(status_path)
+        assert status is not None and status.state == "failed"
+        assert status.last_error == "RuntimeError: injected: an error of no known kind"
+    finally:
+        lake.close()

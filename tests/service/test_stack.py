@@ -64,7 +64,8 @@ def test_down_without_up_is_harmless(state: Path) -> None:
 
 def test_status_reports_cdc_lag(stack: Stack) -> None:
     cdc = stack.status().parts["cdc"]
-    assert cdc.healthy
+    log = stack.paths.logs / "cdc.log"
+    assert cdc.healthy, f"{cdc.detail}\n{log.read_text()[-4000:] if log.exists() else ''}"
     assert cdc.detail["state"] == "streaming"
     assert cdc.detail["lag_s"] is None or cdc.detail["lag_s"] >= 0
 
