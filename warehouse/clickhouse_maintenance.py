@@ -14,6 +14,10 @@ data version of the tables it reads; see :func:`table_versions`), but it does no
 ``H``: read at its data version or later, a table shows the rows it shows now, which the
 purge keeps. Such a snapshot is exact for the tables whose data it versions (and every table
 not changed since), which is all a data version is read for.
+
+The change log (``table_changes``, one row per table a commit wrote) is trimmed with the
+expired snapshots to the rows some kept snapshot's data version still reads, so it does not
+grow with every batch.
 """
 
 from __future__ import annotations
@@ -61,8 +65,30 @@ def maintain_clickhouse(
         client.command(
             f"DELETE FROM {commits} WHERE has({{e:Array(UInt64)}}, snapshot)", {"e": expired}
         )
+        _trim_changes(client, names, existing - set(expired), min(young | {latest}))
     return MaintenanceReport(
         tuple(expired), tuple(sorted(protected)), time.monotonic() - started, purged
+    )
+
+
+def _trim_changes(client: Client, names: Databases, kept: set[int], recent: int) -> None:
+    """Delete the ``table_changes`` rows that no kept snapshot's data version reads.
+
+    A data version at snapshot ``s`` is each table's last change at or before ``s``, so a
+    change of a table is still read when some kept snapshot lies between it and that table's
+    next change; otherwise no kept snapshot can see it. Every snapshot from ``recent`` (the
+    oldest one kept for its age, or the latest) on is kept, so only changes before it are
+    looked at, against the few older snapshots kept for manifests and data versions.
+    """
+    older = [*sorted(s for s in kept if s < recent), recent]
+    changes = names.ident(names.meta, "table_changes")
+    client.command(
+        f"DELETE FROM {changes} WHERE (table_name, _commit) IN (SELECT table_name, _commit "
+        "FROM (SELECT table_name, _commit, leadInFrame(_commit, 1, toUInt64(-1)) OVER "
+        "(PARTITION BY table_name ORDER BY _commit ROWS BETWEEN CURRENT ROW AND 1 FOLLOWING) "
+        f"AS next FROM {changes}) WHERE _commit < {{recent:UInt64}} "
+        "AND arrayFirst(s -> s >= _commit, {older:Array(UInt64)}) >= next)",
+        {"recent": recent, "older": older},
     )
 
 

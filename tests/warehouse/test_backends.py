@@ -588,6 +588,36 @@ def test_maintenance_keeps_every_table_data_version(open_case: Opener, backend: 
     assert case.column("SELECT id FROM tasks", snapshot_id=tasks) == ["t1"]
 
 
+def test_clickhouse_maintenance_trims_the_change_log(open_case: Opener) -> None:
+    """``table_changes`` keeps only the rows a kept snapshot's data version reads, so it
+    stops growing with every batch, and every kept snapshot's data versions stay as they were."""
+    case = open_case("clickhouse", snapshot_retain_s=0.0)
+    assert case.config.clickhouse is not None
+    changes = f"{case.config.clickhouse.database}_meta.table_changes"
+    lake = case.warehouse
+    a = episode_row()
+    snapshots = [lake.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))]
+    for i in range(2, 8):
+        update = event(Op.UPDATE, "episodes", 100 * i, after={**a, "steps": i})
+        snapshots.append(lake.apply(batch(update)))
+    pinned, last_episodes = snapshots[2], snapshots[-1]
+    snapshots.append(lake.apply(batch(_manifest(pinned, 900))))
+    snapshots.append(lake.apply(batch(event(Op.CREATE, "tasks", 1000, after={"id": "t1"}))))
+    views = ("episodes", "tasks", "manifests")
+    before = {s: [lake.data_version([v], at=s) for v in views] for s in snapshots}
+
+    report = lake.maintain()
+    kept = [s for s in snapshots if s not in report.expired]
+    assert pinned in kept and snapshots[1] in report.expired
+    assert {s: [lake.data_version([v], at=s) for v in views] for s in kept} == {
+        s: before[s] for s in kept
+    }
+    logged = lake.query_arrow(
+        f"SELECT _commit FROM {changes} WHERE table_name = 'episodes' ORDER BY _commit"
+    )
+    assert logged.column(0).to_pylist() == [pinned, last_episodes]
+
+
 # -- the CDC follower into ClickHouse ----------------------------------------------------
 
 
