@@ -99,21 +99,19 @@ class Follower:
                         self._start()
                     self._step()
                     backoff, unexpected = self._config.retry_initial_s, 0
-                except (CdcError, WarehouseError, psycopg.OperationalError) as error:
-                    if not getattr(error, "retryable", True):
-                        raise
-                    self._retry_after(error)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, self._config.retry_max_s)
                 except Exception as error:
-                    unexpected += 1
-                    if unexpected > self._config.unexpected_retries:
-                        raise
-                    log.exception(
-                        "unexpected error in the CDC follower (%d of %d retries)",
-                        unexpected,
-                        self._config.unexpected_retries,
-                    )
+                    if isinstance(error, (CdcError, WarehouseError, psycopg.OperationalError)):
+                        if not getattr(error, "retryable", True):
+                            raise
+                    else:
+                        unexpected += 1
+                        if unexpected > self._config.unexpected_retries:
+                            raise
+                        log.exception(
+                            "unexpected error in the CDC follower (%d of %d retries)",
+                            unexpected,
+                            self._config.unexpected_retries,
+                        )
                     self._retry_after(error)
                     stop.wait(backoff)
                     backoff = min(backoff * 2, self._config.retry_max_s)

@@ -50,6 +50,10 @@ class Daemon:
 _spawned: dict[int, subprocess.Popen[bytes]] = {}
 
 
+# Reads of an empty command line (10 ms apart) before a process counts as not ours.
+_EXEC_READS = 50
+
+
 def is_alive(pid: int | None, marker: str) -> bool:
     """True when ``pid`` runs and its command line contains ``marker`` (guards pid reuse).
 
@@ -74,10 +78,6 @@ def is_alive(pid: int | None, marker: str) -> bool:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
     return False  # no command line at all: a kernel thread, not ours
-
-
-# Reads of an empty command line (10 ms apart) before a process counts as not ours.
-_EXEC_READS = 50
 
 
 def exit_status(pid: int) -> str | None:

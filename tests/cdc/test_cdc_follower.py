@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,51 +320,52 @@ class FailingApplies(DuckLakeWarehouse):
         return super().apply(batch)
 
 
+@pytest.fixture
+def failing_lake(warehouse_config: WarehouseConfig) -> Iterator[FailingApplies]:
+    """This test's lake, bootstrapped, failing no apply until the test sets ``failures``."""
+    lake = FailingApplies(warehouse_config, failures=0)
+    lake.bootstrap()
+    yield lake
+    lake.close()
+
+
 def test_an_unexpected_error_is_retried_and_loses_nothing(
     pg_conn: Conn,
     pg_dsn: str,
-    warehouse_config: WarehouseConfig,
+    failing_lake: FailingApplies,
     cdc_config: CdcConfig,
     tmp_path: Path,
 ) -> None:
-    lake = FailingApplies(warehouse_config, failures=0)
-    lake.bootstrap()
+    lake = failing_lake
     config = cdc_config.model_copy(update={"retry_initial_s": 0.05})
     status_path = tmp_path / "cdc.json"
-    try:
-        seed(pg_conn, 3)
-        with running(pg_dsn, lake, config, status_path) as follower:
-            wait_until(caught_up(pg_conn, lake, follower))
-            lake.failures = 2
-            insert_episodes(pg_conn, 5)
-            wait_until(caught_up(pg_conn, lake, follower))
-        status = read_status(status_path)
-        assert status is not None and status.state == "stopped"
-        assert status.errors_total == 2
-        assert status.last_error == "RuntimeError: injected: an error of no known kind"
-        assert_mirrored(pg_conn, lake)
-    finally:
-        lake.close()
+    seed(pg_conn, 3)
+    with running(pg_dsn, lake, config, status_path) as follower:
+        wait_until(caught_up(pg_conn, lake, follower))
+        lake.failures = 2
+        insert_episodes(pg_conn, 5)
+        wait_until(caught_up(pg_conn, lake, follower))
+    status = read_status(status_path)
+    assert status is not None and status.state == "stopped"
+    assert status.errors_total == 2
+    assert status.last_error == "RuntimeError: injected: an error of no known kind"
+    assert_mirrored(pg_conn, lake)
 
 
 def test_a_persistent_unexpected_error_stops_the_follower(
     pg_conn: Conn,
     pg_dsn: str,
-    warehouse_config: WarehouseConfig,
+    failing_lake: FailingApplies,
     cdc_config: CdcConfig,
     tmp_path: Path,
 ) -> None:
-    lake = FailingApplies(warehouse_config, failures=1_000)
-    lake.bootstrap()
+    failing_lake.failures = 1_000
     config = cdc_config.model_copy(update={"retry_initial_s": 0.05, "unexpected_retries": 2})
     status_path = tmp_path / "cdc.json"
-    try:
-        seed(pg_conn, 1)
-        with pytest.raises(RuntimeError, match="injected"):
-            follow(pg_dsn, lake, config, threading.Event(), status_path)
-        assert lake.failures == 1_000 - 3  # the first try and two retries
-        status = read_status(status_path)
-        assert status is not None and status.state == "failed"
-        assert status.last_error == "RuntimeError: injected: an error of no known kind"
-    finally:
-        lake.close()
+    seed(pg_conn, 1)
+    with pytest.raises(RuntimeError, match="injected"):
+        follow(pg_dsn, failing_lake, config, threading.Event(), status_path)
+    assert failing_lake.failures == 1_000 - 3  # the first try and two retries
+    status = read_status(status_path)
+    assert status is not None and status.state == "failed"
+    assert status.last_error == "RuntimeError: injected: an error of no known kind"
