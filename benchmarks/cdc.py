@@ -43,7 +43,7 @@ from service.paths import StatePaths  # noqa: E402
 from service.postgres import EmbeddedPostgres  # noqa: E402
 from warehouse.changes import parse_lsn  # noqa: E402
 from warehouse.config import WarehouseConfig  # noqa: E402
-from warehouse.ducklake import DuckLakeWarehouse  # noqa: E402
+from warehouse.ducklake.backend import DuckLakeWarehouse  # noqa: E402
 
 FULL = {"snapshot_episodes": 200_000, "rate": 5000, "seconds": 60}
 SMALL = {"snapshot_episodes": 20_000, "rate": 1000, "seconds": 10}

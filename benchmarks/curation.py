@@ -57,7 +57,7 @@ from manifests import open_manifest  # noqa: E402
 from service.settings import Settings  # noqa: E402
 from service.stack import Stack  # noqa: E402
 from warehouse.base import Warehouse  # noqa: E402
-from warehouse.ducklake import DuckLakeWarehouse  # noqa: E402
+from warehouse.ducklake.backend import DuckLakeWarehouse  # noqa: E402
 
 COMPARED = ["episode_id", "uri", "start_ns", "end_ns", "num_samples", "sample_offset"]
 COMPARED += ["size_bytes", "sha256", "robot_id", "task_id", "operator"]

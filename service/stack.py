@@ -30,7 +30,7 @@ from warehouse.config import WarehouseConfig
 
 T = TypeVar("T")
 
-#: DSN scheme of chDB (``warehouse.clickhouse_client.CHDB_SCHEME``, not imported here: the
+#: DSN scheme of chDB (``warehouse.clickhouse.client.CHDB_SCHEME``, not imported here: the
 #: stack loads clickhouse-connect only when it uses it).
 CHDB_SCHEME = "chdb:"
 # Started in this order by ``up``, stopped in reverse by ``down``.

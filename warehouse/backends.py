@@ -20,10 +20,10 @@ DIALECTS: dict[Backend, str] = {"ducklake": "duckdb", "clickhouse": "clickhouse"
 def open_warehouse(config: WarehouseConfig) -> Warehouse:
     """The warehouse ``config.backend`` names; nothing connects until first use."""
     if config.backend == "clickhouse":
-        from warehouse.clickhouse import ClickHouseWarehouse
+        from warehouse.clickhouse.backend import ClickHouseWarehouse
 
         return ClickHouseWarehouse(config)
-    from warehouse.ducklake import DuckLakeWarehouse
+    from warehouse.ducklake.backend import DuckLakeWarehouse
 
     return DuckLakeWarehouse(config)
 

@@ -17,7 +17,6 @@ from typing import ClassVar
 import pyarrow as pa
 
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
-from warehouse.mirror import MirrorTable
 
 #: The relations a curation may read (the curation guard's allow-list).
 CURATION_VIEWS: tuple[str, ...] = (
@@ -30,6 +29,20 @@ CURATION_VIEWS: tuple[str, ...] = (
     "manifests",
     "manifest_episodes",
 )
+
+
+@dataclass(frozen=True)
+class MirrorTable:
+    """A mirrored table: source columns with their DuckDB types, and its key."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (name, DuckDB type), source columns only
+    key: tuple[str, ...]
+    truncated_at: tuple[int, int] | None = None  # version of the last truncate
+
+    @property
+    def column_names(self) -> list[str]:
+        return [name for name, _ in self.columns]
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from warehouse.errors import SchemaError
@@ -173,3 +174,14 @@ def _group_table(layout: Layout, rows: list[_Row], columns: Sequence[str]) -> pa
         pa.list_(pa.string()),
     )
     return pa.table(arrays)
+
+
+def snapshot_rows(rows: pa.Table, lsn: int) -> pa.Table:
+    """Initial-snapshot text rows with their version ``(lsn, 0)`` and the staging columns."""
+    n = rows.num_rows
+    return (
+        rows.append_column("_lsn", pa.array(np.full(n, lsn, np.uint64)))
+        .append_column("_seq", pa.array(np.zeros(n, np.int32)))
+        .append_column("_deleted", pa.array(np.zeros(n, np.bool_)))
+        .append_column(KEEP, pa.nulls(n, pa.list_(pa.string())))
+    )

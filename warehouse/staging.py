@@ -1,6 +1,6 @@
 """Collapse a batch of change events into one staged row per key, as Arrow tables.
 
-Applying the staged rows is one delete and one insert per table (:mod:`warehouse.mirror`): a
+Applying the staged rows is one delete and one insert per table (:mod:`warehouse.ducklake.apply`): a
 row's last change in the batch wins, deletes become tombstones (the key and the version;
 other columns null), and the columns an insert or update did not carry (unchanged TOAST
 values) are listed in ``_keep`` so that the stored value survives.

@@ -20,7 +20,7 @@ from pinned import BULK_PREFIX, Params
 
 from episodes.synth import OPERATORS, ROBOTS, TASKS
 from warehouse.config import WarehouseConfig
-from warehouse.connection import attach_lake, new_database
+from warehouse.ducklake.connection import attach_lake, new_database
 
 FLAGS = ("camera_blackout", "choppy_joints", "dropped_frames")
 BULK_EPOCH_NS = 1_780_000_000 * 10**9  # 2026-05-28: after the fleet's own episodes

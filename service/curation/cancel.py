@@ -24,11 +24,11 @@ import duckdb
 import pyarrow as pa
 
 from service.errors import ServiceError
+from warehouse.ducklake.reader import LakeReader
 from warehouse.errors import WarehouseError
-from warehouse.reader import LakeReader
 
 if TYPE_CHECKING:  # clickhouse-connect loads only where the ClickHouse backend is used
-    from warehouse.clickhouse import ClickHouseWarehouse
+    from warehouse.clickhouse.backend import ClickHouseWarehouse
 
 REINTERRUPT_S = 0.1
 _SCOPE: ContextVar[CancelScope | None] = ContextVar("quarry_cancel_scope", default=None)

@@ -109,7 +109,7 @@ def curation_source(config: WarehouseConfig, warehouse: Warehouse) -> LakeSource
     """The curation source of ``warehouse`` (opened from ``config``): its queries in the
     backend's dialect, on a reader that a cancel scope can stop."""
     if config.backend == "clickhouse":
-        from warehouse.clickhouse import ClickHouseWarehouse
+        from warehouse.clickhouse.backend import ClickHouseWarehouse
 
         if not isinstance(warehouse, ClickHouseWarehouse):
             raise WarehouseError(

@@ -21,7 +21,7 @@ from cdc.follower import BatchReport, follow
 from cdc.slot import drop_slot
 from cdc.source import connect
 from warehouse.changes import parse_lsn
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 MIRRORED = (
     "robots",

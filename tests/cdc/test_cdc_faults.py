@@ -34,7 +34,7 @@ from tests.cdc.conftest import (
 from tests.fixtures.postgres import SQL_DIR
 from tests.fixtures.warehouse import new_warehouse_config
 from warehouse.config import WarehouseConfig
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 pytestmark = pytest.mark.slow
 

@@ -30,7 +30,7 @@ from tests.cdc.conftest import (
 )
 from warehouse.changes import ChangeBatch
 from warehouse.config import WarehouseConfig
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

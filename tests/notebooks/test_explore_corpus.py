@@ -22,7 +22,7 @@ from tests.notebooks.kernel import (
     probe_output,
     read_notebook,
 )
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 NOTEBOOK = "explore_corpus.ipynb"
 FULL_PROBE = """{

@@ -10,7 +10,7 @@ import pytest
 
 from service.stack import Stack
 from tests.fixtures.curation import api_client
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 
 @pytest.fixture(scope="module")

@@ -48,7 +48,7 @@ from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.fleet import fleet
 from warehouse.backends import open_warehouse
 from warehouse.base import CURATION_VIEWS
-from warehouse.clickhouse import ClickHouseWarehouse
+from warehouse.clickhouse.backend import ClickHouseWarehouse
 from warehouse.config import WarehouseConfig
 from warehouse.errors import WarehouseError
 

@@ -20,7 +20,7 @@ from service.curation.build import (
 )
 from service.curation.preview import preview_curation
 from tests.fixtures.lake_rows import add_bulk_episodes
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 EPISODES = 15_000  # x 20 statistics rows: 300,000 terms in the normalization sums
 LIMITS = CurationLimits(timeout_s=120)

@@ -20,7 +20,7 @@ from service.curation.guard import check_curation
 from service.stack import Stack
 from tests.fixtures.stack import run_json
 from warehouse.base import CURATION_VIEWS
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 VIEWS = frozenset(CURATION_VIEWS)
 EVERY_FILTER: dict[str, Any] = {

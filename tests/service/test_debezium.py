@@ -19,7 +19,7 @@ from service.app import create_app
 from service.settings import Settings, WarehouseSection
 from service.tokens import Scope, create_token
 from warehouse.config import WarehouseConfig
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 PROBLEM = "application/problem+json"
 CONNECTOR = "PostgreSQL_server"

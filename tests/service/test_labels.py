@@ -15,7 +15,7 @@ from manifests.manifest import open_manifest
 from service.stack import Stack
 from service.tokens import Scope, create_token
 from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 PROBLEM = "application/problem+json"
 

@@ -19,7 +19,7 @@ from service.stack import Stack
 from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
 from tests.fixtures.stack import CORPUS_EPISODES, run_json
 from warehouse.base import CURATION_VIEWS
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 EXAMPLES = sorted((SQL_ROOT / "curations").glob("*.sql"))
 PLACEHOLDER = "<manifest_id>"

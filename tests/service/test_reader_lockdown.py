@@ -21,8 +21,8 @@ from psycopg import errors
 from service.postgres import CATALOG_DB, READER_ROLE
 from service.stack import Stack
 from tests.fixtures.stack import CORPUS_EPISODES
+from warehouse.ducklake.reader import LakeReader
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError
-from warehouse.reader import LakeReader
 
 # DuckLake attaches its Postgres catalog under this name (the lake is attached as "wh").
 CATALOG_ALIAS = "__ducklake_metadata_wh"

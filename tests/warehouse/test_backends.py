@@ -41,8 +41,8 @@ from tests.warehouse.fleet import fleet
 from warehouse.backends import dialect_of, open_warehouse
 from warehouse.base import CURATION_VIEWS, Warehouse
 from warehouse.changes import ChangeBatch, ColumnSpec, Op, Position, SnapshotChunk, TableSpec
-from warehouse.clickhouse import ClickHouseWarehouse
-from warehouse.clickhouse_schema import Databases
+from warehouse.clickhouse.backend import ClickHouseWarehouse
+from warehouse.clickhouse.schema import Databases
 from warehouse.config import WarehouseConfig
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseError
 from warehouse.rows import Layout, TextRows

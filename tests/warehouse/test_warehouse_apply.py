@@ -12,8 +12,8 @@ import pytest
 from tests.warehouse.conftest import batch, episode_row, event, robot
 from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
-from warehouse.connection import attach_lake, new_database
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
+from warehouse.ducklake.connection import attach_lake, new_database
 from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseUnavailableError
 
 

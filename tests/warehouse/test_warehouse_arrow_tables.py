@@ -10,9 +10,9 @@ import pytest
 
 from tests.warehouse.conftest import batch, episode_row, event
 from warehouse.changes import Op
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
+from warehouse.ducklake.pinning import prepare_query
 from warehouse.errors import QueryError
-from warehouse.pinning import prepare_query
 
 SQL = "SELECT id FROM episodes WHERE id IN (SELECT episode_id FROM wanted) ORDER BY id"
 

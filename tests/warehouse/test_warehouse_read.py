@@ -12,7 +12,7 @@ import pytest
 from tests.warehouse.conftest import batch, episode_row, event
 from warehouse.changes import Op
 from warehouse.config import WarehouseConfig
-from warehouse.ducklake import DuckLakeWarehouse
+from warehouse.ducklake.backend import DuckLakeWarehouse
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError
 
 
@@ -77,7 +77,7 @@ def test_reader_in_another_process_while_the_writer_is_open(
     script = textwrap.dedent("""
         import sys
         from warehouse.config import WarehouseConfig
-        from warehouse.ducklake import DuckLakeWarehouse
+        from warehouse.ducklake.backend import DuckLakeWarehouse
         config = WarehouseConfig.model_validate_json(sys.stdin.read())
         with DuckLakeWarehouse(config) as lake:
             print(lake.query_arrow("SELECT id FROM episodes").column(0)[0])

@@ -1,4 +1,4 @@
-"""Data versions from DuckLake's snapshot log (``warehouse/versions.py``): the raw change
+"""Data versions from DuckLake's snapshot log (``warehouse/ducklake/versions.py``): the raw change
 kinds are classified as DuckLake's own ``snapshots()`` classifies them, the cached log answers
 what a fresh read of the catalog answers, and maintenance neither moves a data version nor
 expires the snapshot it names."""
@@ -15,10 +15,10 @@ from tests.warehouse.conftest import batch, episode_row, event, robot
 from warehouse.base import CURATION_VIEWS
 from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
-from warehouse.ducklake import MIRROR, DuckLakeWarehouse
-from warehouse.maintenance import MAINTENANCE_AUTHOR
-from warehouse.reader import LakeReader
-from warehouse.versions import (
+from warehouse.ducklake.backend import MIRROR, DuckLakeWarehouse
+from warehouse.ducklake.maintenance import MAINTENANCE_AUTHOR
+from warehouse.ducklake.reader import LakeReader
+from warehouse.ducklake.versions import (
     LakeVersions,
     SnapshotLog,
     last_change,

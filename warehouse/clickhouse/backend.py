@@ -13,7 +13,7 @@ both from plain MergeTree tables (see docs/warehouse.md, "ClickHouse"):
   the first build read, until maintenance expires S;
 - a version is inserted only when it is newer than the stored newest of its key (the LSN
   guard), so replays and at-least-once delivery converge, and a failed write's rows are
-  deleted before the next write (:func:`warehouse.clickhouse_meta.repair`): exactly once.
+  deleted before the next write (:func:`warehouse.clickhouse.meta.repair`): exactly once.
 
 One writer at a time (the CDC follower, or the Debezium endpoint), as with DuckLake.
 """
@@ -30,9 +30,9 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from warehouse.base import MaintenanceReport, Warehouse
+from warehouse.base import MaintenanceReport, MirrorTable, Warehouse
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
-from warehouse.clickhouse_apply import (
+from warehouse.clickhouse.apply import (
     guarded_insert,
     known_table,
     plain_insert,
@@ -40,9 +40,9 @@ from warehouse.clickhouse_apply import (
     staged,
     tombstone_statement,
 )
-from warehouse.clickhouse_client import connect, failure
-from warehouse.clickhouse_maintenance import maintain_clickhouse
-from warehouse.clickhouse_meta import (
+from warehouse.clickhouse.client import connect, failure
+from warehouse.clickhouse.maintenance import maintain_clickhouse
+from warehouse.clickhouse.meta import (
     SCHEMA_CHANGE,
     last_commit,
     last_position,
@@ -52,8 +52,8 @@ from warehouse.clickhouse_meta import (
     update_tables,
     write_commit,
 )
-from warehouse.clickhouse_reader import ClickHouseReader
-from warehouse.clickhouse_schema import (
+from warehouse.clickhouse.reader import ClickHouseReader
+from warehouse.clickhouse.schema import (
     DIALECT,
     SQL_DIR,
     Databases,
@@ -64,7 +64,7 @@ from warehouse.clickhouse_schema import (
 )
 from warehouse.config import ClickHouseConfig, WarehouseConfig
 from warehouse.errors import QueryError, WarehouseError
-from warehouse.mirror import MirrorTable, snapshot_rows
+from warehouse.rows import snapshot_rows
 from warehouse.staging import KEEP
 from warehouse.types import duckdb_type
 
@@ -310,7 +310,7 @@ class ClickHouseWarehouse(Warehouse):
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
         """Expire snapshots older than ``config.snapshot_retain_s`` that no manifest
         references and delete the row versions only they could read; see
-        :mod:`warehouse.clickhouse_maintenance`."""
+        :mod:`warehouse.clickhouse.maintenance`."""
         with self._writing("warehouse maintenance") as client:
             return maintain_clickhouse(
                 client,
@@ -386,7 +386,7 @@ class ClickHouseWarehouse(Warehouse):
         tag: str | None = None,
     ) -> pa.Table:
         """Run one read-only query, in ClickHouse's dialect, at the latest (or the given)
-        snapshot; see :mod:`warehouse.clickhouse_reader` for the limits. ``timeout_s``
+        snapshot; see :mod:`warehouse.clickhouse.reader` for the limits. ``timeout_s``
         (default ``config.query_timeout_s``) stops the query in the engine
         (``QueryTimeoutError``); more than ``max_rows`` rows (default ``config.max_rows``)
         raise ``RowLimitError``; ``tables`` are Arrow tables the query reads by name (as

@@ -16,7 +16,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.scope import traverse_scope
 
-from warehouse.clickhouse_schema import DIALECT, LIVE_PREFIX, Databases
+from warehouse.clickhouse.schema import DIALECT, LIVE_PREFIX, Databases
 from warehouse.errors import QueryError
 
 SNAPSHOT_PARAMETER = "snapshot"

@@ -15,10 +15,10 @@ import duckdb
 import pyarrow as pa
 
 from warehouse.config import WarehouseConfig
-from warehouse.connection import attach_lake, is_transient, lock_down, new_database
+from warehouse.ducklake.connection import attach_lake, is_transient, lock_down, new_database
+from warehouse.ducklake.pinning import prepare_query
+from warehouse.ducklake.statements import ident
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseUnavailableError
-from warehouse.pinning import prepare_query
-from warehouse.statements import ident
 
 _BATCH_ROWS = 65_536
 #: Names a caller's Arrow table may take (see :meth:`LakeReader.query_arrow`).

@@ -1,7 +1,7 @@
 """The ClickHouse backend's schema: database names, SQL files, types, views' tables.
 
 ``sql/warehouse/clickhouse/`` holds numbered forward-only migrations and a re-appliable
-``views.sql`` (the same ledger rules as DuckLake's, :mod:`warehouse.ddl`). ClickHouse runs one
+``views.sql`` (the same ledger rules as DuckLake's, :mod:`warehouse.sqlfiles`). ClickHouse runs one
 statement per call, so a file is split on its semicolons (sqlglot's tokenizer, which knows
 quotes and comments); ``${mirror}``, ``${meta}`` and ``${views}`` in a file are the
 warehouse's databases.
@@ -24,8 +24,8 @@ from clickhouse_connect.driver.client import Client
 from sqlglot import TokenType, exp
 
 from warehouse.changes import TableSpec
-from warehouse.ddl import SQL_ROOT, SqlFile, pending, sql_files
 from warehouse.errors import SchemaError
+from warehouse.sqlfiles import SQL_ROOT, SqlFile, pending, sql_files
 from warehouse.types import duckdb_type
 
 SQL_DIR = SQL_ROOT / "clickhouse"

@@ -22,11 +22,11 @@ import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 from sqlglot import exp
 
+from warehouse.base import MirrorTable
 from warehouse.changes import ChangeBatch
-from warehouse.clickhouse_meta import STAGE_PREFIX
-from warehouse.clickhouse_schema import DIALECT, Databases, clickhouse_type, quote
+from warehouse.clickhouse.meta import STAGE_PREFIX
+from warehouse.clickhouse.schema import DIALECT, Databases, clickhouse_type, quote
 from warehouse.errors import SchemaError
-from warehouse.mirror import MirrorTable
 from warehouse.staging import KEEP, stage_events, stage_to_arrow
 from warehouse.types import is_list
 

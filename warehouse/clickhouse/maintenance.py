@@ -27,10 +27,9 @@ from collections.abc import Collection, Sequence
 
 from clickhouse_connect.driver.client import Client
 
-from warehouse.base import MaintenanceReport
-from warehouse.clickhouse_meta import SCHEMA_CHANGE
-from warehouse.clickhouse_schema import Databases, quote
-from warehouse.mirror import MirrorTable
+from warehouse.base import MaintenanceReport, MirrorTable
+from warehouse.clickhouse.meta import SCHEMA_CHANGE
+from warehouse.clickhouse.schema import Databases, quote
 
 
 def maintain_clickhouse(

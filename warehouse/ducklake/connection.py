@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 
 from warehouse.config import WarehouseConfig
+from warehouse.ducklake.statements import ident, literal
 from warehouse.errors import WarehouseError, WarehouseUnavailableError
-from warehouse.statements import ident, literal
 
 _EXTENSIONS = ("postgres", "ducklake")
 

@@ -18,7 +18,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from warehouse.maintenance import MAINTENANCE_AUTHOR
+from warehouse.ducklake.maintenance import MAINTENANCE_AUTHOR
 
 # Commits whose changes move data without changing it (flushing inlined rows to Parquet,
 # merging files, rewriting deletes): a data version never stops at one of them.

@@ -15,8 +15,8 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from warehouse.clickhouse_schema import Databases, duck_type_of
-from warehouse.mirror import MirrorTable
+from warehouse.base import MirrorTable
+from warehouse.clickhouse.schema import Databases, duck_type_of
 
 STAGE_PREFIX = "_stage_"  # <meta>._stage_<uuid>: a write's staged rows (Memory tables)
 SCHEMA_CHANGE = "*"  # table_changes name of a commit that changed the schema (all tables)

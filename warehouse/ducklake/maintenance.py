@@ -21,7 +21,7 @@ from collections.abc import Collection
 import duckdb
 
 from warehouse.base import MaintenanceReport
-from warehouse.statements import ident, literal
+from warehouse.ducklake.statements import ident, literal
 
 #: Author of the commits that purge tombstones: data versions skip them (no data changed).
 MAINTENANCE_AUTHOR = "quarry-maintenance"

@@ -2,7 +2,7 @@
 pinned to one snapshot and run under limits the engine enforces.
 
 A query arrives in ClickHouse's dialect (the service renders its checked DuckDB-dialect tree
-with sqlglot). :mod:`warehouse.clickhouse_pinning` accepts one SELECT over the curation views
+with sqlglot). :mod:`warehouse.clickhouse.pinning` accepts one SELECT over the curation views
 and pins every view to the snapshot; the query then runs with ``readonly = 1`` (no writes, no
 table functions, no settings changes), ``max_execution_time``, ``max_result_rows`` and
 ``max_memory_usage`` in its own SETTINGS clause, so the limits hold for that query only.
@@ -24,16 +24,16 @@ import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from warehouse.clickhouse_apply import arrow_stage_type
-from warehouse.clickhouse_client import (
+from warehouse.clickhouse.apply import arrow_stage_type
+from warehouse.clickhouse.client import (
     TIMEOUT_EXCEEDED,
     TOO_MANY_ROWS_OR_BYTES,
     connect,
     error_code,
     is_transient,
 )
-from warehouse.clickhouse_pinning import pin_query
-from warehouse.clickhouse_schema import Databases, quote
+from warehouse.clickhouse.pinning import pin_query
+from warehouse.clickhouse.schema import Databases, quote
 from warehouse.config import ClickHouseConfig, WarehouseConfig
 from warehouse.errors import (
     QueryError,

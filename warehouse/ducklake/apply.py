@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from warehouse.staging import KEEP
-from warehouse.statements import (
+from warehouse.base import MirrorTable
+from warehouse.ducklake.statements import (
     DOOMED,
     KEPT,
     ROW,
@@ -32,20 +31,7 @@ from warehouse.statements import (
     probe_statement,
     truncate_statement,
 )
-
-
-@dataclass(frozen=True)
-class MirrorTable:
-    """A mirrored table: source columns with their DuckDB types, and its key."""
-
-    name: str
-    columns: tuple[tuple[str, str], ...]  # (name, DuckDB type), source columns only
-    key: tuple[str, ...]
-    truncated_at: tuple[int, int] | None = None  # version of the last truncate
-
-    @property
-    def column_names(self) -> list[str]:
-        return [name for name, _ in self.columns]
+from warehouse.staging import KEEP
 
 
 def apply_rows(
@@ -106,17 +92,6 @@ def insert_rows(
         con.execute(
             insert_statement(target, columns, table.key, staged.schema, kept=False, skip=False)
         )
-
-
-def snapshot_rows(rows: pa.Table, lsn: int) -> pa.Table:
-    """Initial-snapshot text rows with their version ``(lsn, 0)`` and the staging columns."""
-    n = rows.num_rows
-    return (
-        rows.append_column("_lsn", pa.array(np.full(n, lsn, np.uint64)))
-        .append_column("_seq", pa.array(np.zeros(n, np.int32)))
-        .append_column("_deleted", pa.array(np.zeros(n, np.bool_)))
-        .append_column(KEEP, pa.nulls(n, pa.list_(pa.string())))
-    )
 
 
 def _after_truncate(staged: pa.Table, truncated_at: tuple[int, int] | None) -> pa.Table:

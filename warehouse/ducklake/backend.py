@@ -18,20 +18,20 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from warehouse.base import MaintenanceReport, Warehouse
+from warehouse.base import MaintenanceReport, MirrorTable, Warehouse
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import WarehouseConfig
-from warehouse.connection import attach_lake, is_transient, new_database
-from warehouse.ddl import SQL_ROOT, apply_sql_files
+from warehouse.ducklake.apply import apply_rows, insert_rows
+from warehouse.ducklake.connection import attach_lake, is_transient, new_database
+from warehouse.ducklake.maintenance import maintain_lake
+from warehouse.ducklake.reader import LakeReader
+from warehouse.ducklake.schema import SQL_DIR, apply_sql_files
+from warehouse.ducklake.statements import ident, literal, stale_rows_statement, table_ref
+from warehouse.ducklake.versions import LakeVersions
 from warehouse.errors import SchemaError, WarehouseError, WarehouseUnavailableError
-from warehouse.maintenance import maintain_lake
-from warehouse.mirror import MirrorTable, apply_rows, insert_rows, snapshot_rows
-from warehouse.reader import LakeReader
-from warehouse.rows import TextRows
+from warehouse.rows import TextRows, snapshot_rows
 from warehouse.staging import TableStage, stage_events, stage_to_arrow
-from warehouse.statements import ident, literal, stale_rows_statement, table_ref
 from warehouse.types import duckdb_type
-from warehouse.versions import LakeVersions
 
 MIRROR = "mirror"
 META = "quarry_meta"
@@ -50,7 +50,7 @@ class DuckLakeWarehouse(Warehouse):
 
     def __init__(self, config: WarehouseConfig, *, sql_dir: Path | None = None) -> None:
         self._config = config
-        self._sql_dir = sql_dir or SQL_ROOT / "ducklake"
+        self._sql_dir = sql_dir or SQL_DIR
         self._reader = LakeReader(config)
         self._versions = LakeVersions(self._reader.fetch, config.alias, MIRROR)
         self._writer: duckdb.DuckDBPyConnection | None = None
@@ -313,7 +313,7 @@ class DuckLakeWarehouse(Warehouse):
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
         """Purge old tombstones, flush inlined rows, merge small files, rewrite mostly-deleted
         files, expire snapshots older than ``config.snapshot_retain_s`` that no manifest
-        references; see :mod:`warehouse.maintenance`. Each mirrored table's current data
+        references; see :mod:`warehouse.ducklake.maintenance`. Each mirrored table's current data
         version is kept too: data versions skip expired snapshots, which is right only while
         every expired change of a table is older than its version."""
         protect = {*protect, *self._versions.table_versions(self.current_snapshot())}
@@ -342,7 +342,7 @@ class DuckLakeWarehouse(Warehouse):
 
     def data_version(self, views: Collection[str], *, at: int | None = None) -> int:
         """The last snapshot at or before ``at`` (default: the current one) that changed the
-        data behind ``views``; see :mod:`warehouse.versions`. Reads only the snapshots
+        data behind ``views``; see :mod:`warehouse.ducklake.versions`. Reads only the snapshots
         committed since the last call (and the views' tables when the schema changed)."""
         at = self.current_snapshot() if at is None else at
         return self._versions.data_version(views, at)
