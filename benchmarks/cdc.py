@@ -38,9 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from cdc.status import read_status  # noqa: E402
-from service.migrations import apply_migrations  # noqa: E402
-from service.paths import StatePaths  # noqa: E402
-from service.postgres import EmbeddedPostgres  # noqa: E402
+from quarry.stack.migrations import apply_migrations  # noqa: E402
+from quarry.stack.paths import StatePaths  # noqa: E402
+from quarry.stack.postgres import EmbeddedPostgres  # noqa: E402
 from warehouse.changes import parse_lsn  # noqa: E402
 from warehouse.config import WarehouseConfig  # noqa: E402
 from warehouse.ducklake.backend import DuckLakeWarehouse  # noqa: E402

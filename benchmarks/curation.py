@@ -54,8 +54,8 @@ from timing import curate, profile_curation, time_curations, wait_for_mirror  # 
 from walker import walk_curation  # noqa: E402
 
 from manifests import open_manifest  # noqa: E402
-from service.settings import Settings  # noqa: E402
-from service.stack import Stack  # noqa: E402
+from quarry.settings import Settings  # noqa: E402
+from quarry.stack.lifecycle import Stack  # noqa: E402
 from warehouse.base import Warehouse  # noqa: E402
 from warehouse.ducklake.backend import DuckLakeWarehouse  # noqa: E402
 

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from curation.errors import CurationError
 from episodes.errors import EpisodeError
 from manifests.errors import ManifestError, ManifestNotFoundError, ManifestSchemaError
 from service.api.middleware import BodyLimitMiddleware
@@ -31,7 +32,7 @@ from service.auth import TokenCache, challenge
 from service.context import ServiceContext
 from service.errors import ServiceError
 from service.metrics import MetricsMiddleware, ServiceMetrics
-from service.settings import Settings
+from service.settings import ServiceSettings
 from warehouse.errors import (
     QueryError,
     QueryTimeoutError,
@@ -57,8 +58,8 @@ _ERROR_STATUS: list[tuple[type[Exception], int, str]] = [
 _BODY_LIMITS = {"/v1/cdc/": 64 << 20}  # Debezium batches
 
 
-def create_app(settings: Settings) -> FastAPI:
-    """The Quarry HTTP API for one state folder."""
+def create_app(settings: ServiceSettings) -> FastAPI:
+    """The Quarry HTTP API."""
     app = FastAPI(
         title="Quarry",
         version="0.1.0",
@@ -68,7 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
     context = ServiceContext(settings)
     app.state.context = context
     app.state.tokens = TokenCache(context.connect, settings.service.token_cache_s)
-    app.state.metrics = ServiceMetrics(settings.paths.cdc_status)
+    app.state.metrics = ServiceMetrics(settings.cdc_status)
     app.state.health_threads = anyio.CapacityLimiter(4)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.service.max_body_bytes, limits=_BODY_LIMITS
@@ -86,7 +87,8 @@ def create_app(settings: Settings) -> FastAPI:
     ):
         app.include_router(router)
     document_problems(app)
-    app.add_exception_handler(ServiceError, _service_problem)  # type: ignore[arg-type]
+    for domain in (ServiceError, CurationError):
+        app.add_exception_handler(domain, _service_problem)  # type: ignore[arg-type]
     app.add_exception_handler(HTTPException, _http_problem)  # type: ignore[arg-type]
     for kind, _, _ in _ERROR_STATUS:
         app.add_exception_handler(kind, _package_problem)
@@ -129,7 +131,8 @@ def _respond(body: dict[str, Any], headers: Mapping[str, str] | None = None) -> 
     return JSONResponse(body, status_code=body["status"], media_type=PROBLEM_JSON, headers=headers)
 
 
-async def _service_problem(request: Request, error: ServiceError) -> JSONResponse:
+async def _service_problem(request: Request, error: ServiceError | CurationError) -> JSONResponse:
+    """Errors that carry their own status and title (the app's and the curation engine's)."""
     body = problem_body(request, error.status, error.title, error.message, **error.context)
     authenticate = challenge(error)
     return _respond(body, {"WWW-Authenticate": authenticate} if authenticate else None)

@@ -18,7 +18,7 @@ import anyio
 import psycopg
 from anyio import to_thread
 
-from service.errors import ForbiddenError, ServiceError, StackError, UnauthorizedError
+from service.errors import DatabaseUnavailableError, ForbiddenError, UnauthorizedError
 from service.tokens import Scope, digest
 
 REALM = "quarry"
@@ -54,7 +54,7 @@ def lookup_principal(conn: psycopg.Connection[Any], token: str) -> Principal | N
     return Principal(row[0], frozenset(Scope(s) for s in row[1] if s in known))
 
 
-def challenge(error: ServiceError) -> str | None:
+def challenge(error: Exception) -> str | None:
     """The ``WWW-Authenticate`` value (RFC 6750) of a 401 or 403, else ``None``."""
     if isinstance(error, UnauthorizedError):
         reason = error.context.get("error")
@@ -113,7 +113,7 @@ class TokenCache:
             with self._connect() as conn:
                 return lookup_principal(conn, token)
         except psycopg.OperationalError as error:
-            raise StackError(
+            raise DatabaseUnavailableError(
                 f"cannot check the token: the operational database is unavailable ({error})",
                 part="postgres",
             ) from error

@@ -11,28 +11,28 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from service.curation.build import CurationLimits
-from service.settings import Settings
+from curation.build import CurationLimits
+from service.settings import ServiceSettings
 from warehouse.backends import open_warehouse
 from warehouse.base import Warehouse
 
 
 @dataclass
 class ServiceContext:
-    settings: Settings
+    settings: ServiceSettings
     _warehouse: Warehouse | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
         """A new connection to the operational database; the caller closes it."""
-        return psycopg.connect(self.settings.operational_dsn(), connect_timeout=5)
+        return psycopg.connect(self.settings.operational_dsn.get_secret_value(), connect_timeout=5)
 
     def warehouse(self) -> Warehouse:
         """The warehouse of the settings' backend, for reads only: the service never opens
         its writer."""
         with self._lock:
             if self._warehouse is None:
-                self._warehouse = open_warehouse(self.settings.warehouse_config())
+                self._warehouse = open_warehouse(self.settings.warehouse)
             return self._warehouse
 
     def curation_limits(self) -> CurationLimits:

@@ -1,4 +1,5 @@
-"""Errors of the control plane. One base class; the CLI and the HTTP app map them in one place."""
+"""Errors of the HTTP app. One base class; ``service/app.py`` answers every one of them as a
+problem document, with the error's ``status`` and ``title``."""
 
 from __future__ import annotations
 
@@ -6,14 +7,13 @@ from typing import Any
 
 
 class ServiceError(Exception):
-    """Base of every control-plane error.
+    """Base of the HTTP app's errors.
 
-    ``status`` is the HTTP status the API answers with; ``exit_code`` what the CLI exits with.
+    ``status`` is the HTTP status the API answers with; ``title`` the problem's title.
     Structured context travels in ``context`` so that handlers never parse messages.
     """
 
     status: int = 500
-    exit_code: int = 1
     retryable: bool = False
     title: str = "Internal error"
 
@@ -30,20 +30,12 @@ def _rebuild(cls: type[ServiceError], message: str, context: dict[str, Any]) -> 
     return cls(message, **context)
 
 
-class StackError(ServiceError):
-    """A part of the embedded stack could not start, stop or be reached."""
+class DatabaseUnavailableError(ServiceError):
+    """The operational database could not be reached; retry later."""
 
-    title = "Stack unavailable"
+    title = "Database unavailable"
     status = 503
-    exit_code = 3
     retryable = True
-
-
-class ConfigError(ServiceError):
-    """The settings or the state folder are not usable as given."""
-
-    title = "Bad configuration"
-    exit_code = 2
 
 
 class NotFoundError(ServiceError):
@@ -51,7 +43,6 @@ class NotFoundError(ServiceError):
 
     title = "Not found"
     status = 404
-    exit_code = 4
 
 
 class BadRequestError(ServiceError):
@@ -59,7 +50,6 @@ class BadRequestError(ServiceError):
 
     title = "Bad request"
     status = 400
-    exit_code = 2
 
 
 class UnauthorizedError(ServiceError):
@@ -67,7 +57,6 @@ class UnauthorizedError(ServiceError):
 
     title = "Unauthorized"
     status = 401
-    exit_code = 5
 
 
 class ForbiddenError(ServiceError):
@@ -75,4 +64,3 @@ class ForbiddenError(ServiceError):
 
     title = "Forbidden"
     status = 403
-    exit_code = 5

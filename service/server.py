@@ -1,7 +1,7 @@
 """Runs the HTTP service under uvicorn in the foreground.
 
 The socket is bound here, before uvicorn starts, so that port 0 means "any free port" without a
-race; the bound URL is then published to ``<state>/run/service.url`` for ``quarry up``.
+race; the bound URL is then published to ``settings.url_file`` for ``quarry up``.
 """
 
 from __future__ import annotations
@@ -12,20 +12,16 @@ from pathlib import Path
 import uvicorn
 
 from service.app import create_app
-from service.settings import Settings
+from service.settings import ServiceSettings
 
 
-def url_file(settings: Settings) -> Path:
-    return settings.paths.run / "service.url"
-
-
-def serve(settings: Settings) -> None:
+def serve(settings: ServiceSettings) -> None:
     """Serve until SIGINT/SIGTERM."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((settings.service.host, settings.service.port))
     host, port = sock.getsockname()[:2]
-    _publish_url(url_file(settings), f"http://{host}:{port}")
+    _publish_url(settings.url_file, f"http://{host}:{port}")
     config = uvicorn.Config(
         create_app(settings), log_level="info", access_log=False, timeout_graceful_shutdown=10
     )

@@ -16,7 +16,7 @@ import httpx
 import psycopg
 from pinned import CURATION_SQL, SPEC
 
-from service.curation.build import CurationLimits, CurationRequest, run_curation
+from curation.build import CurationLimits, CurationRequest, run_curation
 from warehouse.base import Warehouse
 
 MIRROR_TIMEOUT_S = 900.0

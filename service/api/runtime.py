@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.context import ServiceContext
-from service.curation.runtime import CurationRuntime
+from service.runtime import CurationRuntime
 
 
 async def get_runtime(request: Request) -> CurationRuntime:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from service.curation.filters import CurationFilters
+from curation.filters import CurationFilters
 
 MAX_SQL_CHARS = 64 * 1024
 MAX_LABELS = 1000

@@ -20,9 +20,9 @@ import pytest
 
 from cdc.config import CdcConfig
 from cdc.status import FollowerStatus, read_status
-from service.migrations import apply_migrations
-from service.paths import StatePaths
-from service.postgres import EmbeddedPostgres
+from quarry.stack.migrations import apply_migrations
+from quarry.stack.paths import StatePaths
+from quarry.stack.postgres import EmbeddedPostgres
 from tests.cdc.conftest import (
     assert_mirrored,
     caught_up,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from manifests.manifest import open_manifest
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 from tests.fixtures.stack import CORPUS_EPISODES, run_json, run_quarry
 
 

@@ -11,7 +11,7 @@ import pytest
 from nbclient.exceptions import CellExecutionError
 from nbformat import NotebookNode
 
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 from tests.fixtures.postgres import private_folder
 from tests.notebooks.kernel import (
     append_probe,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 from tests.fixtures.curation import api_client
 from warehouse.ducklake.backend import DuckLakeWarehouse
 

@@ -13,9 +13,9 @@ import httpx
 import psycopg
 import pytest
 
+from quarry.stack.lifecycle import Stack
 from service.auth import Principal, TokenCache
-from service.errors import ForbiddenError, StackError, UnauthorizedError
-from service.stack import Stack
+from service.errors import DatabaseUnavailableError, ForbiddenError, UnauthorizedError
 from service.tokens import Scope, digest, ensure_admin_token, issue_token, revoke_token
 from tests.fixtures.stack import run_json, run_quarry
 
@@ -169,7 +169,7 @@ def test_unknown_tokens_are_not_cached(
 def test_unreachable_database_is_a_retryable_503(tmp_path: Path) -> None:
     dsn = f"host={tmp_path} dbname=none connect_timeout=1"
     cache = TokenCache(lambda: psycopg.connect(dsn), ttl_s=5)
-    with pytest.raises(StackError) as raised:
+    with pytest.raises(DatabaseUnavailableError) as raised:
         anyio.run(cache.authenticate, "qry_anything")
     assert raised.value.status == 503 and raised.value.retryable
 

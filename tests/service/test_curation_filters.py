@@ -13,11 +13,11 @@ import sqlglot
 from pydantic import ValidationError
 from sqlglot import exp
 
+from curation.filters import CurationFilters, compile_filters
+from curation.guard import check_curation
 from manifests.manifest import open_manifest
+from quarry.stack.lifecycle import Stack
 from service.api.schemas import CurationCreate
-from service.curation.filters import CurationFilters, compile_filters
-from service.curation.guard import check_curation
-from service.stack import Stack
 from tests.fixtures.stack import run_json
 from warehouse.base import CURATION_VIEWS
 from warehouse.ducklake.backend import DuckLakeWarehouse

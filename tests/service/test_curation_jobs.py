@@ -17,7 +17,7 @@ import httpx
 import psycopg
 import pytest
 
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 from tests.fixtures.curation import RUNAWAY_SQL, wait_for
 
 PROBLEM = "application/problem+json"
@@ -154,8 +154,9 @@ def test_a_job_lost_with_its_killed_service_reads_as_failed(
     port = _free_port()
     code = (
         "import sys, uvicorn; from pathlib import Path; from service.app import create_app; "
-        "from service.settings import Settings; "
-        "uvicorn.run(create_app(Settings(state_dir=Path(sys.argv[1]))), host='127.0.0.1', "
+        "from quarry.settings import Settings; "
+        "uvicorn.run(create_app(Settings(state_dir=Path(sys.argv[1])).service_settings()), "
+        "host='127.0.0.1', "
         "port=int(sys.argv[2]), log_level='warning')"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")}

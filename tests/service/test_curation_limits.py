@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from quarry.settings import CurationConfig
+from quarry.stack.lifecycle import Stack
 from service.app import create_app
-from service.settings import CurationConfig
-from service.stack import Stack
 from tests.fixtures.curation import RUNAWAY_SQL
 from tests.fixtures.serving import served
 from tests.fixtures.stack import CORPUS_EPISODES
@@ -28,7 +28,7 @@ def _client(corpus: Stack, limits: CurationConfig) -> Iterator[httpx.Client]:
     settings = corpus.settings.model_copy(update={"curation": limits})
     headers = {"Authorization": f"Bearer {corpus.paths.admin_token.read_text().strip()}"}
     with (
-        served(create_app(settings)) as url,
+        served(create_app(settings.service_settings())) as url,
         httpx.Client(base_url=url, headers=headers, timeout=600) as client,
     ):
         yield client

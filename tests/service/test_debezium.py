@@ -14,9 +14,9 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
+from quarry.settings import Settings, WarehouseSection
 from service.api.routes import cdc as cdc_routes
 from service.app import create_app
-from service.settings import Settings, WarehouseSection
 from service.tokens import Scope, create_token
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
@@ -50,7 +50,7 @@ def service(
         source_dsn=SecretStr(dsn),
         warehouse=WarehouseSection(catalog_dsn=lake.catalog_dsn, data_path=lake.data_path),
     )
-    app = create_app(settings)
+    app = create_app(settings.service_settings())
     if not any(getattr(r, "path", "") == "/v1/cdc/debezium" for r in app.routes):
         app.include_router(cdc_routes.router)  # until service/app.py registers it
     with served(app) as url:

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 
 # ~10^8 md5 calls over the corpus's statistics rows: runs far past QUERY_TIMEOUT_S.
 RUNAWAY = (

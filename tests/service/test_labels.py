@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from manifests.manifest import open_manifest
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 from service.tokens import Scope, create_token
 from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
 from warehouse.ducklake.backend import DuckLakeWarehouse

@@ -13,9 +13,9 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from service.curation.guard import check_curation
-from service.settings import SQL_ROOT
-from service.stack import Stack
+from curation.guard import check_curation
+from quarry.settings import SQL_ROOT
+from quarry.stack.lifecycle import Stack
 from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
 from tests.fixtures.stack import CORPUS_EPISODES, run_json
 from warehouse.base import CURATION_VIEWS

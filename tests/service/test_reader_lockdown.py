@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from service.postgres import CATALOG_DB, READER_ROLE
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
+from quarry.stack.postgres import CATALOG_DB, READER_ROLE
 from tests.fixtures.stack import CORPUS_EPISODES
 from warehouse.ducklake.reader import LakeReader
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from service.stack import Stack
+from quarry.stack.lifecycle import Stack
 from tests.fixtures.stack import run_quarry
 
 EXCLUDED_PATHS = r"^/v1/(cdc|train)"

@@ -8,10 +8,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
+from curation.corpus import corpus_stats
 from service.api.deps import Context, Reader
 from service.api.problems import problem_responses
 from service.api.routes.sql import resolve_snapshot
-from service.corpus import corpus_stats
 
 router = APIRouter(prefix="/v1/corpus", tags=["corpus"])
 

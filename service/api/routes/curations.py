@@ -11,6 +11,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from curation.build import CurationRequest, check_request
+from curation.cancel import CancelScope
+from curation.filters import CurationFilters, compile_filters
+from curation.jobs import Job
 from service.api.deps import Curator, Reader
 from service.api.problems import problem_responses
 from service.api.runtime import Runtime
@@ -21,10 +25,6 @@ from service.api.schemas import (
     JobPublic,
     PreviewPublic,
 )
-from service.curation.build import CurationRequest, check_request
-from service.curation.cancel import CancelScope
-from service.curation.filters import CurationFilters, compile_filters
-from service.curation.jobs import Job
 
 router = APIRouter(prefix="/v1/curations", tags=["curations"])
 

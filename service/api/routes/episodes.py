@@ -10,6 +10,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
+from curation.labels import Label, add_labels, list_labels, retract_episode
+from curation.registry import manifests_containing, parse_episode_id, require_episode
 from service.api.deps import Context, Curator, Reader
 from service.api.problems import problem_responses
 from service.api.schemas import (
@@ -21,8 +23,6 @@ from service.api.schemas import (
     RetractCreate,
     RetractionPublic,
 )
-from service.curation.labels import Label, add_labels, list_labels, retract_episode
-from service.registry import manifests_containing, parse_episode_id, require_episode
 
 router = APIRouter(prefix="/v1/episodes", tags=["episodes"])
 

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query, Response
 from fastapi.responses import FileResponse
 
+from curation.registry import get_manifest, list_manifests, manifest_episodes
 from manifests.manifest import open_manifest
 from service.api.deps import Context, Curator, Reader
 from service.api.problems import problem_responses
@@ -24,7 +25,6 @@ from service.api.schemas import (
 )
 from service.context import ServiceContext
 from service.errors import BadRequestError, NotFoundError
-from service.registry import get_manifest, list_manifests, manifest_episodes
 
 router = APIRouter(prefix="/v1/manifests", tags=["manifests"])
 ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.file"

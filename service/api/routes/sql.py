@@ -12,10 +12,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, Field
 
+from curation.guard import MAX_SQL_BYTES, check_curation
 from service.api.deps import Context, Reader
 from service.api.encoding import ARROW_STREAM, column_types, json_rows, to_ipc_stream
 from service.api.problems import problem_responses
-from service.curation.guard import MAX_SQL_BYTES, check_curation
 from service.errors import NotFoundError
 from warehouse.base import CURATION_VIEWS, Warehouse
 

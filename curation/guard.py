@@ -1,0 +1,171 @@
+"""The curation guard: only a single, side-effect-free SELECT over the curation views runs.
+
+The SQL is parsed with sqlglot (DuckDB dialect) and the tree is walked against allow-lists of
+node types, functions and relations. Anything not listed is refused with the reason, the node
+and where it sits. Only SQL re-rendered from the checked tree is ever executed, so text the
+parser ignored (comments, a second statement) cannot reach the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, SqlglotError
+
+from curation.allowlist import ALLOWED_FUNCTIONS, ALLOWED_NODES, REFUSED_WHY
+from curation.errors import BadRequestError
+
+MAX_SQL_BYTES = 64 * 1024
+MAX_NODES = 5_000
+MAX_DEPTH = 64
+
+
+class CurationRefusedError(BadRequestError):
+    """The curation SQL is not a plain read of the curation views; ``reason`` says why."""
+
+    title = "Curation refused"
+
+
+@dataclass(frozen=True)
+class CheckedQuery:
+    """A curation that passed the guard. ``tree`` is a private copy: render it, never the
+    user's text."""
+
+    tree: exp.Query
+
+    def render(self, dialect: str = "duckdb") -> str:
+        return self.tree.sql(dialect=dialect, comments=False)
+
+    @property
+    def relations(self) -> frozenset[str]:
+        """The curation views the query reads (CTE names excluded)."""
+        ctes = _cte_names(self.tree)
+        return frozenset(t.name.lower() for t in self.tree.find_all(exp.Table)) - ctes
+
+    @property
+    def normalized(self) -> str:
+        """The canonical text of the curation (DuckDB dialect), used in reuse keys."""
+        return self.tree.sql(dialect="duckdb", normalize=True, comments=False)
+
+
+def check_curation(sql: str, relations: frozenset[str]) -> CheckedQuery:
+    """Parse ``sql`` and refuse anything but one SELECT over ``relations`` (lower-case names)."""
+    if len(sql.encode()) > MAX_SQL_BYTES:
+        raise _refuse(f"the query is longer than {MAX_SQL_BYTES} bytes", "size")
+    if "\x00" in sql:  # no database stores it in text: the registry could not record the query
+        raise _refuse("the query contains a NUL character", "syntax")
+    tree = _parse_one(sql)
+    if isinstance(tree, exp.Select) and not tree.expressions:
+        raise _refuse("the query selects nothing", "syntax")
+    if not isinstance(tree, exp.Query):
+        raise _refuse(f"only SELECT queries are curations, not {_name(tree)}", "statement")
+    _walk(tree, relations | _cte_names(tree))
+    return CheckedQuery(tree.copy())
+
+
+def _parse_one(sql: str) -> exp.Expr:
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
+    except ParseError as error:
+        raise _refuse(f"the query does not parse: {_first_error(error)}", "syntax") from None
+    except SqlglotError as error:  # the tokenizer's: unterminated quotes and strings
+        raise _refuse(f"the query does not parse: {error}", "syntax") from None
+    if len(statements) != 1:
+        raise _refuse(f"send exactly one statement, not {len(statements)}", "statements")
+    return statements[0]
+
+
+def _walk(tree: exp.Expr, relations: frozenset[str]) -> None:
+    for count, node in enumerate(tree.walk()):
+        if count > MAX_NODES:
+            raise _refuse(f"the query has more than {MAX_NODES} syntax nodes", "size")
+        if node.depth > MAX_DEPTH:
+            raise _refuse(f"the query nests deeper than {MAX_DEPTH}", "size")
+        _check_node(node, relations)
+
+
+def _check_node(node: exp.Expr, relations: frozenset[str]) -> None:
+    kind = type(node)
+    if kind in REFUSED_WHY:
+        reason, why = REFUSED_WHY[kind]
+        raise _refuse(f"{_describe(node)} is not allowed: {why}", reason, node)
+    if kind in ALLOWED_NODES:
+        _check_allowed_node(node, relations)
+        return
+    if kind in ALLOWED_FUNCTIONS:
+        return
+    if isinstance(node, exp.Func):
+        raise _refuse(f"{_describe(node)} is not allowed", "function", node)
+    raise _refuse(f"{_describe(node)} is not allowed in a curation", "node", node)
+
+
+def _check_allowed_node(node: exp.Expr, relations: frozenset[str]) -> None:
+    """The forms of allowed node types that are still refused."""
+    if isinstance(node, exp.Table):
+        _check_table(node, relations)
+    elif isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
+        raise _refuse(f"qualified column {node.sql()!r} is not allowed", "qualified_name", node)
+    elif isinstance(node, exp.With) and node.args.get("recursive"):
+        raise _refuse(
+            "recursive CTEs are not allowed: a curation reads the views, it does not generate rows",
+            "recursive",
+            node,
+        )
+    elif isinstance(node, exp.Join) and str(node.args.get("method") or "").upper() == (
+        "POSITIONAL"
+    ):
+        raise _refuse(
+            "POSITIONAL JOIN pairs rows by storage order, which is not reproducible",
+            "nondeterministic",
+            node,
+        )
+
+
+def _check_table(table: exp.Table, relations: frozenset[str]) -> None:
+    if not isinstance(table.this, exp.Identifier):
+        raise _refuse(
+            f"table function {table.this.sql()!r} is not allowed", "table_function", table
+        )
+    if table.args.get("db") or table.args.get("catalog"):
+        raise _refuse(
+            f"qualified name {table.sql()!r} is not allowed; use the bare view name",
+            "qualified_name",
+            table,
+        )
+    if table.name.lower() not in relations:
+        allowed = ", ".join(sorted(relations))
+        raise _refuse(
+            f"unknown relation {table.name!r}; curations read only: {allowed}", "relation", table
+        )
+
+
+def _cte_names(tree: exp.Expr) -> frozenset[str]:
+    return frozenset(cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE))
+
+
+def _refuse(message: str, reason: str, node: exp.Expr | None = None) -> CurationRefusedError:
+    context = {"reason": reason}
+    if node is not None:
+        context["node"] = node.sql(dialect="duckdb")[:200]
+    return CurationRefusedError(message, **context)
+
+
+def _name(node: exp.Expr) -> str:
+    return node.key.upper()
+
+
+def _describe(node: exp.Expr) -> str:
+    if isinstance(node, exp.Anonymous):
+        return f"function {str(node.name).lower()}"
+    if isinstance(node, exp.Func):
+        return f"function {node.sql_name().lower()}"
+    return _name(node)
+
+
+def _first_error(error: ParseError) -> str:
+    if error.errors:
+        first = error.errors[0]
+        return f"{first.get('description')} at line {first.get('line')}, col {first.get('col')}"
+    return str(error)

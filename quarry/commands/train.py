@@ -1,0 +1,136 @@
+"""``quarry train``: launch the trainer with torchrun on a manifest from the running service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from quarry.client import ServiceClient
+from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.settings import Settings
+from trainer.config import TrainerConfig, load_config
+from trainer.launch import LaunchResult, launch_run, with_run_name
+
+
+def trainer_config(
+    settings: Settings,
+    manifest_id: str,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+    values: dict[str, Any],
+) -> TrainerConfig:
+    """The trainer's settings: file, ``--set`` overrides, then flags; the manifest comes from
+    this state folder's service, authenticated with its local admin token."""
+    paths = settings.paths
+    service_url = (
+        settings.paths.service_url.read_text().strip()
+        if settings.paths.service_url.exists()
+        else None
+    )
+    base = {
+        "state_dir": str(paths.root),
+        "manifest.id": manifest_id,
+        "manifest.service_url": service_url,
+        "manifest.token_file": str(paths.admin_token),
+    }
+    return load_config(config_file, overrides, {**base, **values})
+
+
+def describe(result: LaunchResult) -> str:
+    summary = result.summary or {}
+    if result.exit_code != 0:
+        return (
+            f"training run {result.run_name} failed with exit status {result.exit_code}; "
+            f"records in {result.run_dir}"
+        )
+    return (
+        f"run {result.run_name}: {summary.get('steps')} steps, "
+        f"{summary.get('steps_per_s')} steps/s, loss {summary.get('first_loss_mean')} -> "
+        f"{summary.get('last_loss_mean')}, goodput {summary.get('goodput_fraction')}"
+    )
+
+
+@click.command()
+@STATE_DIR
+@JSON
+@click.option("--manifest", "manifest_id", required=True, help="Manifest ID to train on.")
+@click.option("--steps", type=click.IntRange(0), default=None, help="Optimizer steps.")
+@click.option("--nnodes", default=None, help="Nodes, or an elastic range MIN:MAX.")
+@click.option(
+    "--nproc-per-node",
+    type=click.IntRange(1),
+    default=None,
+    help="Worker processes per node (default 2).",
+)
+@click.option(
+    "--max-restarts",
+    type=click.IntRange(0),
+    default=None,
+    help="Worker-group restarts before the job fails.",
+)
+@click.option("--run-name", default=None, help="Name of the run (resumes it if it exists).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Trainer settings file (TOML or JSON).",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a setting, e.g. --set optim.lr=3e-4 (repeatable).",
+)
+def train(
+    state_dir: Path | None,
+    as_json: bool,
+    manifest_id: str,
+    steps: int | None,
+    nnodes: str | None,
+    nproc_per_node: int | None,
+    max_restarts: int | None,
+    run_name: str | None,
+    config_file: Path | None,
+    overrides: tuple[str, ...],
+) -> None:
+    """Train the policy on a manifest with torchrun (gloo on CPU, NCCL on CUDA)."""
+    values = {
+        "steps": steps,
+        "launch.nnodes": nnodes,
+        "launch.nproc_per_node": nproc_per_node,
+        "launch.max_restarts": max_restarts,
+        "run_name": run_name,
+    }
+    settings = build_settings(state_dir)
+    # Ask the service first: an unknown ID is a clear error here, not a torchrun restart loop.
+    ServiceClient.for_state(settings).get_json(f"/v1/manifests/{manifest_id}")
+    config = trainer_config(settings, manifest_id, config_file, overrides, values)
+    if config.run_name is None and config.launch.nnodes != "1":
+        raise click.UsageError(
+            "a job on several nodes needs --run-name: every node's command must name the same "
+            "run so that their agents meet"
+        )
+    config = with_run_name(config)
+    # With --json, stdout carries only the result; torchrun's output goes to a log file.
+    log = settings.paths.logs / f"train-{config.run_name}.log" if as_json else None
+    result = launch_run(config, log_path=log)
+    emit(
+        {
+            "exit_code": result.exit_code,
+            "run_name": result.run_name,
+            "run_dir": str(result.run_dir),
+            "summary": result.summary,
+        },
+        as_json,
+        describe(result),
+    )
+    if result.exit_code != 0:
+        raise SystemExit(result.exit_code)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(train)

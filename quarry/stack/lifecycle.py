@@ -1,0 +1,307 @@
+"""The embedded stack of one state folder: Postgres, the warehouse, the CDC follower and the
+HTTP service. ``up`` starts what is not running and returns once every part is healthy; the
+parts keep running in the background until ``down``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import psycopg
+from filelock import FileLock
+
+from cdc.status import FollowerStatus, read_status
+from quarry.errors import ConfigError, StackError
+from quarry.settings import Settings
+from quarry.stack import processes
+from quarry.stack.migrations import apply_migrations
+from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, EmbeddedPostgres
+from quarry.stack.processes import Daemon
+from service.tokens import ensure_admin_token
+from warehouse.backends import open_warehouse
+from warehouse.config import WarehouseConfig
+
+T = TypeVar("T")
+
+#: DSN scheme of chDB (``warehouse.clickhouse.client.CHDB_SCHEME``, not imported here: the
+#: stack loads clickhouse-connect only when it uses it).
+CHDB_SCHEME = "chdb:"
+# Started in this order by ``up``, stopped in reverse by ``down``.
+DAEMONS = ("cdc", "service")
+# The follower rewrites its status at least once a second; older than this means stuck or dead.
+STALE_STATUS_S = 10.0
+
+
+@dataclass
+class PartStatus:
+    healthy: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StackStatus:
+    state_dir: str
+    service_url: str | None
+    parts: dict[str, PartStatus]
+
+    @property
+    def healthy(self) -> bool:
+        return all(part.healthy for part in self.parts.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state_dir": self.state_dir,
+            "service_url": self.service_url,
+            "healthy": self.healthy,
+            "parts": {name: {"healthy": p.healthy, **p.detail} for name, p in self.parts.items()},
+        }
+
+
+def check_stack_backend(config: WarehouseConfig) -> None:
+    """Refuse a warehouse the stack's separate processes cannot share: chDB (ClickHouse
+    in-process) opens one data folder in one process only, and the follower and the service
+    are two. The stack runs on DuckLake (the default) or a ClickHouse server."""
+    section = config.clickhouse
+    dsn = section.dsn.get_secret_value() if section is not None else ""
+    if config.backend == "clickhouse" and dsn.startswith(CHDB_SCHEME):
+        raise ConfigError(
+            "the embedded stack cannot run on chDB: the CDC follower and the service are "
+            "separate processes and chDB opens a data folder in one process only; use "
+            "DuckLake (the default) or a ClickHouse server (http(s)://...)"
+        )
+
+
+class Stack:
+    """Controls the embedded stack of ``settings.state_dir``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.paths = settings.paths
+        self.postgres = EmbeddedPostgres(self.paths)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def up(self) -> StackStatus:
+        """Start every part that is not running; wait until all are healthy."""
+        check_stack_backend(self.settings.warehouse_config())  # before anything starts
+        self.paths.ensure()
+        with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
+            self._start_postgres()
+            self._bootstrap_warehouse()
+            record = self._read_record()
+            for name in DAEMONS:
+                record[name] = self._ensure_daemon(name, record.get(name))
+            self._write_record(record)
+            self._wait_for_service(record["service"]["pid"])
+            self._wait_for_cdc(record["cdc"]["pid"])
+        return self.status()
+
+    def down(self) -> None:
+        """Stop the service, then Postgres. Idempotent; keeps every byte of state."""
+        with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
+            record = self._read_record()
+            for name in reversed(DAEMONS):
+                processes.terminate((record.get(name) or {}).get("pid"), self._marker())
+            self.paths.service_url.unlink(missing_ok=True)
+            self.postgres.stop()
+            self._write_record({})
+
+    def status(self) -> StackStatus:
+        record = self._read_record()
+        url = self._service_url()
+        parts = {
+            "postgres": self._postgres_status(),
+            "cdc": self._cdc_status((record.get("cdc") or {}).get("pid")),
+            "service": self._service_status((record.get("service") or {}).get("pid"), url),
+        }
+        return StackStatus(str(self.paths.root), url, parts)
+
+    # -- parts -----------------------------------------------------------------------------
+
+    def _start_postgres(self) -> None:
+        self.postgres.start()
+        for database in (OPERATIONAL_DB, CATALOG_DB):
+            self.postgres.ensure_database(database)
+        apply_migrations(self.postgres.dsn(OPERATIONAL_DB), self.settings.sql_dir / "postgres")
+        with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), autocommit=True) as conn:
+            ensure_admin_token(conn, self.paths.admin_token)
+
+    def _bootstrap_warehouse(self) -> None:
+        """Create or upgrade the warehouse's tables and views; on DuckLake, then let the
+        reader role read the catalog (DuckLake creates its catalog tables on first attach).
+        The config is read now: the embedded catalog's DSN carries the password that
+        starting Postgres the first time writes."""
+        config = self.settings.warehouse_config()
+        with open_warehouse(config) as warehouse:
+            warehouse.bootstrap()
+        if config.backend == "ducklake":
+            self.postgres.ensure_reader_role(CATALOG_DB)
+
+    def _daemon(self, name: str) -> Daemon:
+        args = {"service": ("serve",), "cdc": ("cdc", "follow")}[name]
+        return Daemon(
+            name, (*args, "--state-dir", str(self.paths.root)), self.paths.logs / f"{name}.log"
+        )
+
+    def _ensure_daemon(self, name: str, entry: dict[str, Any] | None) -> dict[str, Any]:
+        pid = (entry or {}).get("pid")
+        if processes.is_alive(pid, self._marker()):
+            return entry or {}
+        if name == "service":
+            self.paths.service_url.unlink(missing_ok=True)
+        return {"pid": self._daemon(name).spawn()}
+
+    def _wait_for_service(self, pid: int) -> None:
+        timeout = self.settings.service.start_timeout_s
+        log = self.paths.logs / "service.log"
+
+        def probe(check: Callable[[], T | None]) -> Callable[[], T | None]:
+            def guarded() -> T | None:
+                if not processes.is_alive(pid, self._marker()):
+                    raise StackError(
+                        f"the service exited while starting{_how(pid)}:\n{_tail(log)}",
+                        part="service",
+                        log=str(log),
+                    )
+                return check()
+
+            return guarded
+
+        url = _wait_for(probe(self._service_url), timeout, "the service to bind its port", log)
+        _wait_for(probe(lambda: _ready(url)), timeout, "the service to become ready", log)
+
+    def _wait_for_cdc(self, pid: int) -> None:
+        """Wait until the follower has taken its snapshot and streams."""
+        log = self.paths.logs / "cdc.log"
+
+        def streaming() -> bool | None:
+            if not processes.is_alive(pid, self._marker()):
+                raise StackError(
+                    f"the CDC follower exited while starting{_how(pid)}:\n{_tail(log)}",
+                    part="cdc",
+                    log=str(log),
+                )
+            current = read_status(self.paths.cdc_status)
+            return (
+                current is not None and current.pid == pid and current.state == "streaming"
+            ) or None
+
+        _wait_for(
+            streaming, self.settings.service.start_timeout_s, "the CDC follower to stream", log
+        )
+
+    def _cdc_status(self, pid: int | None) -> PartStatus:
+        current = read_status(self.paths.cdc_status)
+        if not processes.is_alive(pid, self._marker()) or current is None:
+            return PartStatus(False, self._dead_cdc_detail(pid, current))
+        age = time.time() - datetime.fromisoformat(current.updated_at).timestamp()
+        detail = {
+            "pid": pid,
+            "state": current.state,
+            "lag_s": current.lag_s,
+            "position_lsn": current.position_lsn,
+            "snapshot_id": current.snapshot_id,
+            "rows_per_s": current.rows_per_s,
+            "last_error": current.last_error,
+            "status_age_s": round(age, 3),
+        }
+        healthy = current.state == "streaming" and age < STALE_STATUS_S
+        if not healthy:
+            detail["error"] = current.last_error or f"state {current.state}, {age:.0f} s old"
+        return PartStatus(healthy, detail)
+
+    def _dead_cdc_detail(self, pid: int | None, last: FollowerStatus | None) -> dict[str, Any]:
+        """What a user needs when the follower is gone: how it ended, as far as its own last
+        status says (a follower that stops on an error writes it there first), and its log."""
+        detail: dict[str, Any] = {"error": "not running"}
+        if pid is None:
+            return detail
+        detail["log"] = str(self.paths.logs / "cdc.log")
+        if last is not None and last.pid == pid:
+            detail.update(
+                last_state=last.state,
+                last_error=last.last_error,
+                last_error_at=last.last_error_at,
+                last_update=last.updated_at,
+            )
+            if last.state == "failed" and last.last_error:
+                detail["error"] = f"not running: {last.last_error}"
+        return detail
+
+    def _service_url(self) -> str | None:
+        path = self.paths.service_url
+        return path.read_text().strip() if path.exists() else None
+
+    def _postgres_status(self) -> PartStatus:
+        if not self.postgres.is_running():
+            return PartStatus(False, {"error": "not running"})
+        try:
+            with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), connect_timeout=5) as conn:
+                version = conn.execute("SHOW server_version").fetchone()
+        except psycopg.Error as error:
+            return PartStatus(False, {"error": str(error)})
+        return PartStatus(
+            True,
+            {"version": version[0] if version else None, "socket_dir": str(self.paths.socket_dir)},
+        )
+
+    def _service_status(self, pid: int | None, url: str | None) -> PartStatus:
+        if not processes.is_alive(pid, self._marker()) or url is None:
+            return PartStatus(False, {"error": "not running"})
+        try:
+            response = httpx.get(f"{url}/readyz", timeout=5)
+        except httpx.HTTPError as error:
+            return PartStatus(False, {"pid": pid, "error": str(error)})
+        checks = response.json().get("checks", {})
+        return PartStatus(response.status_code == 200, {"pid": pid, "url": url, "checks": checks})
+
+    # -- record ----------------------------------------------------------------------------
+
+    def _marker(self) -> str:
+        return str(self.paths.root)
+
+    def _read_record(self) -> dict[str, Any]:
+        path = self.paths.stack_file
+        return dict(json.loads(path.read_text())) if path.exists() else {}
+
+    def _write_record(self, record: dict[str, Any]) -> None:
+        temp = self.paths.stack_file.with_suffix(".tmp")
+        temp.write_text(json.dumps(record, indent=2) + "\n")
+        temp.replace(self.paths.stack_file)
+
+
+def _ready(url: str | None) -> bool | None:
+    if url is None:
+        return None
+    try:
+        return httpx.get(f"{url}/readyz", timeout=5).status_code == 200 or None
+    except httpx.HTTPError:
+        return None
+
+
+def _how(pid: int) -> str:
+    status = processes.exit_status(pid)
+    return f" ({status})" if status else ""
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    if not path.exists():
+        return "(no log)"
+    text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    return text or f"({path} is empty)"
+
+
+def _wait_for(probe: Callable[[], T | None], timeout_s: float, what: str, log: Path) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise StackError(f"timed out after {timeout_s:.0f} s waiting for {what}; see {log}")

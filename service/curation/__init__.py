@@ -1,1 +1,0 @@
-"""Curations: guarded SQL over the curation views, built into manifests."""

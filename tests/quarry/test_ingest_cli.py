@@ -1,0 +1,128 @@
+"""``quarry ingest mcap`` and ``quarry episodes inspect``: the real console script, a real stack.
+
+Ingested recordings reach the warehouse through CDC like synthetic ones: a curation finds them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from quarry.settings import Settings
+from quarry.stack.postgres import OPERATIONAL_DB, EmbeddedPostgres
+from tests.episodes.foreign_files import (
+    FOXGLOVE_MAPPING_TOML,
+    ROS2_MAPPING,
+    source_episode,
+    write_foxglove,
+    write_ros2,
+)
+from tests.fixtures.postgres import private_folder
+from tests.fixtures.stack import run_json, run_quarry
+
+
+@pytest.fixture(scope="module")
+def state() -> Iterator[Path]:
+    with private_folder("quarry-test-cli-") as folder:
+        state = folder / "state"
+        try:
+            assert run_json(state, "up")["healthy"]
+            yield state
+        finally:
+            run_quarry(state, "down", check=False)
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("recordings")
+    source = source_episode(seed=8)
+    (folder / "ros2").mkdir()
+    ros2 = write_ros2(folder / "ros2" / "bag_0.mcap", source)
+    fox = write_foxglove(folder / "fox.mcap", source)
+    cut = folder / "cut.mcap"
+    cut.write_bytes(ros2.read_bytes()[:4000])
+    (folder / "ros2.json").write_text(json.dumps(ROS2_MAPPING))
+    (folder / "fox.toml").write_text(FOXGLOVE_MAPPING_TOML)
+    return {"ros2": ros2, "fox": fox, "cut": cut, "folder": folder}
+
+
+def ingest(state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    done = run_quarry(state, "ingest", "mcap", *args, "--json", check=False)
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def test_ingest_mcap(state: Path, recordings: dict[str, Path]) -> None:
+    folder = recordings["folder"]
+    code, out, err = ingest(
+        state, str(folder / "ros2"), str(recordings["cut"]), "--mapping", str(folder / "ros2.json")
+    )
+    assert code == 2 and (out["registered"], out["failed"]) == (1, 1)
+    (error,) = out["errors"]
+    assert error["error"] == "ContainerError" and error["file"] == str(recordings["cut"])
+    assert error["offset"] is not None and f"offset={error['offset']}" in err
+    assert out["results"][0]["flags"] == ["dropped_frames"]
+
+    code, out, _ = ingest(
+        state,
+        str(recordings["fox"]),
+        str(recordings["ros2"]),
+        "--mapping",
+        str(folder / "fox.toml"),
+        "--robot",
+        "fox-arm-07",
+        "--robot-sw-version",
+        "9.9.9",
+    )
+    assert code == 0 and [r["created"] for r in out["results"]] == [True, False]
+    dsn = EmbeddedPostgres(Settings(state_dir=state).paths).dsn(OPERATIONAL_DB)
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT robot_id, robot_sw_version, pipeline_version, uri FROM episodes ORDER BY 1"
+        ).fetchall()
+    assert [r[:3] for r in rows] == [("fox-arm-07", "9.9.9", 7), ("ros-arm-01", "humble-4.2", 1)]
+    assert all(Path(r[3].removeprefix("file://")).is_file() for r in rows)
+    assert curated_rows(state, "SELECT * FROM episodes WHERE robot_id = 'fox-arm-07'") == 1
+
+
+def curated_rows(state: Path, sql: str, want: int = 1, timeout_s: float = 60.0) -> int:
+    """Rows of a curation, polled until CDC has carried ``want`` episodes to the warehouse."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = int(run_json(state, "curate", "--sql", sql)["rows"])
+        if rows >= want or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
+
+
+def test_ingest_mcap_refuses_a_bad_mapping(state: Path, recordings: dict[str, Path]) -> None:
+    bad = recordings["folder"] / "bad.toml"
+    bad.write_text('robot = "r"\nwindow = 2\n')
+    done = run_quarry(
+        state, "ingest", "mcap", str(recordings["fox"]), "--mapping", str(bad), check=False
+    )
+    assert done.returncode == 2 and "unknown keys" in done.stderr and str(bad) in done.stderr
+
+
+def test_episodes_inspect(state: Path, recordings: dict[str, Path]) -> None:
+    folder = recordings["folder"]
+    _, out, _ = ingest(state, str(recordings["ros2"]), "--mapping", str(folder / "ros2.json"))
+    uri = out["results"][0]["uri"]
+    info = run_json(state, "episodes", "inspect", uri)
+    assert info["stamps"]["robot_sw_version"] == "humble-4.2"
+    assert {t["group"] for t in info["topics"]} == {"cameras", "state"}
+    rates = {t["topic"]: t["rate_hz"] for t in info["topics"]}
+    assert rates["/front/image_raw/compressed"] == 30.0 and rates["/state/joint_positions"] == 100.0
+    episode, layout = info["episode"], info["layout"]
+    windows = -(-(episode["end_ns"] - episode["start_ns"]) // layout["window_ns"])
+    assert len(info["chunks"]) == windows * len(info["groups"]) and layout["name"] == "grouped"
+    assert info["quality"]["flags"] == ["dropped_frames"]
+    text = run_quarry(state, "episodes", "inspect", uri).stdout
+    assert "qc flags  dropped_frames" in text and "/wrist/image_raw" in text
+    bad = run_quarry(state, "episodes", "inspect", str(recordings["cut"]), check=False)
+    assert bad.returncode == 2 and str(recordings["cut"]) in bad.stderr and "offset=" in bad.stderr
