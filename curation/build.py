@@ -45,8 +45,9 @@ CARRY = ("topics",)
 
 
 class CurationSource(Protocol):
-    """What a curation needs of the warehouse: a pinned snapshot and bounded reads, in the
-    SQL dialect (sqlglot's name) of the backend: ``dialect``."""
+    """What a curation needs of the warehouse (any :class:`warehouse.base.Warehouse` is one):
+    a pinned snapshot and bounded reads, in the SQL dialect (sqlglot's name) of the backend,
+    ``dialect``, that ``cancel(tag)`` stops."""
 
     @property
     def dialect(self) -> str: ...
@@ -65,7 +66,10 @@ class CurationSource(Protocol):
         timeout_s: float,
         max_rows: int,
         tables: Mapping[str, pa.Table] | None = None,
+        tag: str | None = None,
     ) -> pa.Table: ...
+
+    def cancel(self, tag: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -217,8 +221,7 @@ def run_query(
     probe, statistics, a preview's groups) has a few rows per field, dimension or robot and
     task by construction, and is held to :data:`INTERNAL_MAX_ROWS` instead.
     """
-    if scope is not None:
-        scope.check()
+    tag = scope.watch(source.cancel) if scope is not None else None
     try:
         return source.query_arrow(
             tree.sql(dialect=source.dialect, comments=False),
@@ -226,6 +229,7 @@ def run_query(
             timeout_s=limits.timeout_s,
             max_rows=INTERNAL_MAX_ROWS if internal else limits.max_rows,
             tables=tables,
+            tag=tag,
         )
     except QueryError:
         if scope is not None:

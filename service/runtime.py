@@ -1,6 +1,6 @@
-"""What the curation routes of one service process share: the warehouse source (metadata from
-the service's warehouse, queries on a reader that a cancel can interrupt), bounded thread
-pools for builds, and the job runner.
+"""What the curation routes of one service process share: the service's warehouse as the
+curation source (its queries carry a cancel scope's tag), bounded thread pools for builds, and
+the job runner.
 
 Builds never run on the event loop nor on the server's request thread pool: the routes await
 them on :attr:`CurationRuntime.builds` (synchronous curations, previews, rebuilds) or queue
@@ -11,12 +11,10 @@ leaves health checks and cheap requests free to answer.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
-
-import pyarrow as pa
+from typing import Any, TypeVar
 
 from curation.build import (
     CurationLimits,
@@ -26,16 +24,12 @@ from curation.build import (
     rebuild_manifest,
     run_curation,
 )
-from curation.cancel import CancelScope, InterruptibleReader, KillableReader
+from curation.cancel import CancelScope
 from curation.jobs import Connect, JobRunner
 from curation.preview import Preview, preview_curation
 from manifests.meta import ManifestMeta
 from service.settings import ServiceSettings
-from warehouse.backends import dialect_of
 from warehouse.base import Warehouse
-from warehouse.changes import Position
-from warehouse.config import WarehouseConfig
-from warehouse.errors import WarehouseError
 
 #: Concurrent synchronous builds, previews and rebuilds; more wait their turn.
 BUILD_WORKERS = 8
@@ -46,80 +40,6 @@ QUICK_WORKERS = 4
 T = TypeVar("T")
 
 
-class CancellableReader(Protocol):
-    """Bounded reads that the current cancel scope can stop (see :mod:`cancel`)."""
-
-    def query_arrow(
-        self,
-        sql: str,
-        *,
-        snapshot_id: int | None = None,
-        timeout_s: float | None = None,
-        max_rows: int | None = None,
-        tables: Mapping[str, pa.Table] | None = None,
-    ) -> pa.Table: ...
-
-    def close(self) -> None: ...
-
-
-class LakeSource:
-    """A :class:`~curation.build.CurationSource`: snapshots, versions and positions
-    from the warehouse, queries (in ``dialect``) on a reader that a cancel can stop: an
-    :class:`InterruptibleReader` on DuckLake, a :class:`KillableReader` on ClickHouse (same
-    limits). Make one with :func:`curation_source`."""
-
-    def __init__(
-        self, warehouse: Warehouse, reader: CancellableReader, dialect: str = "duckdb"
-    ) -> None:
-        self._warehouse = warehouse
-        self._reader = reader
-        self._dialect = dialect
-
-    @property
-    def dialect(self) -> str:
-        return self._dialect
-
-    def current_snapshot(self) -> int:
-        return self._warehouse.current_snapshot()
-
-    def data_version(self, views: Collection[str], *, at: int | None = None) -> int:
-        return self._warehouse.data_version(views, at=at)
-
-    def position(self, *, at: int | None = None) -> Position | None:
-        return self._warehouse.position(at=at)
-
-    def query_arrow(
-        self,
-        sql: str,
-        *,
-        snapshot_id: int | None,
-        timeout_s: float,
-        max_rows: int,
-        tables: Mapping[str, pa.Table] | None = None,
-    ) -> pa.Table:
-        return self._reader.query_arrow(
-            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows, tables=tables
-        )
-
-    def close(self) -> None:
-        self._reader.close()
-
-
-def curation_source(config: WarehouseConfig, warehouse: Warehouse) -> LakeSource:
-    """The curation source of ``warehouse`` (opened from ``config``): its queries in the
-    backend's dialect, on a reader that a cancel scope can stop."""
-    if config.backend == "clickhouse":
-        from warehouse.clickhouse.backend import ClickHouseWarehouse
-
-        if not isinstance(warehouse, ClickHouseWarehouse):
-            raise WarehouseError(
-                f"the config names the ClickHouse backend but the warehouse is "
-                f"{type(warehouse).__name__}"
-            )
-        return LakeSource(warehouse, KillableReader(warehouse), dialect_of(config))
-    return LakeSource(warehouse, InterruptibleReader(config), dialect_of(config))
-
-
 class CurationRuntime:
     """Curation machinery of one service process; see the module docstring."""
 
@@ -127,7 +47,7 @@ class CurationRuntime:
         section = settings.curation
         self.limits = CurationLimits(timeout_s=section.timeout_s, max_rows=section.max_rows)
         self.manifest_dir: Path = settings.manifest_dir
-        self.source = curation_source(settings.warehouse, warehouse)
+        self.source = warehouse
         self.connect = connect
         self.builds = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix="curation-build")
         self.job_pool = ThreadPoolExecutor(JOB_WORKERS, thread_name_prefix="curation-job")
@@ -160,4 +80,3 @@ class CurationRuntime:
         self.job_pool.shutdown(wait=False, cancel_futures=True)
         self.builds.shutdown(wait=False, cancel_futures=True)
         self.quick_pool.shutdown(wait=False, cancel_futures=True)
-        self.source.close()

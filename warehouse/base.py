@@ -8,6 +8,7 @@ records the CDC position, and returns the snapshot ID a manifest can pin.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
+from warehouse.errors import WarehouseError
 
 #: The relations a curation may read (the curation guard's allow-list).
 CURATION_VIEWS: tuple[str, ...] = (
@@ -29,6 +31,13 @@ CURATION_VIEWS: tuple[str, ...] = (
     "manifests",
     "manifest_episodes",
 )
+_TAG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def check_tag(tag: str) -> None:
+    """Refuse a query tag that is not a short identifier (a backend may splice it into SQL)."""
+    if not isinstance(tag, str) or not _TAG.match(tag):
+        raise WarehouseError(f"not a query tag: {tag!r} (letters, digits, '-', '_')", tag=tag)
 
 
 @dataclass(frozen=True)
@@ -126,13 +135,21 @@ class Warehouse(ABC):
         timeout_s: float | None = None,
         max_rows: int | None = None,
         tables: Mapping[str, pa.Table] | None = None,
+        tag: str | None = None,
     ) -> pa.Table:
         """Run one read-only query over the curation views; see the backend for limits.
 
         ``tables`` are Arrow tables the query can also read, by name (lower-case, unqualified
         names that shadow nothing), for this query only and unpinned by ``snapshot_id``: the
         service passes the episode ids a manifest query returned to the statistics query.
+        ``tag`` (see :func:`check_tag`) names the query for :meth:`cancel`.
         """
+
+    @abstractmethod
+    def cancel(self, tag: str) -> None:
+        """Stop the running read queries tagged ``tag``, from any thread, without waiting:
+        each fails with a ``QueryError``. A query that starts afterwards is not affected;
+        cancel again to stop it."""
 
     @abstractmethod
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:

@@ -42,15 +42,14 @@ from quarry.stack.lifecycle import Stack
 from quarry.stack.postgres import EmbeddedPostgres
 from service.api.routes.sql import SqlQuery, run_sql
 from service.context import ServiceContext
-from service.runtime import CurationRuntime, LakeSource, curation_source
+from service.runtime import CurationRuntime
 from tests.fixtures.clickhouse import ChdbEngine
 from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.fleet import fleet
 from warehouse.backends import open_warehouse
-from warehouse.base import CURATION_VIEWS
+from warehouse.base import CURATION_VIEWS, Warehouse
 from warehouse.clickhouse.backend import ClickHouseWarehouse
 from warehouse.config import WarehouseConfig
-from warehouse.errors import WarehouseError
 
 BACKENDS = ("ducklake", "clickhouse")
 LIMITS = CurationLimits(timeout_s=60)
@@ -102,25 +101,23 @@ def configs(
 @pytest.fixture(scope="module")
 def sources(
     configs: dict[str, WarehouseConfig], chdb: ChdbEngine
-) -> Iterator[dict[str, LakeSource]]:
-    """Both backends holding the same fleet, as the service's curation sources."""
+) -> Iterator[dict[str, Warehouse]]:
+    """Both backends holding the same fleet; a warehouse is the service's curation source."""
     warehouses = {name: open_warehouse(config) for name, config in configs.items()}
-    made = {name: curation_source(configs[name], w) for name, w in warehouses.items()}
     try:
         for warehouse in warehouses.values():
             warehouse.bootstrap()
         for change in fleet():
             for warehouse in warehouses.values():
                 warehouse.apply(change)
-        yield made
+        yield warehouses
     finally:
-        for name, warehouse in warehouses.items():
-            made[name].close()
+        for warehouse in warehouses.values():
             warehouse.close()
         chdb.drop(configs["clickhouse"])
 
 
-def test_the_sources_read_each_backends_dialect(sources: dict[str, LakeSource]) -> None:
+def test_the_sources_read_each_backends_dialect(sources: dict[str, Warehouse]) -> None:
     assert {name: s.dialect for name, s in sources.items()} == {
         "ducklake": "duckdb",
         "clickhouse": "clickhouse",
@@ -131,7 +128,7 @@ def test_the_sources_read_each_backends_dialect(sources: dict[str, LakeSource]) 
 
 @pytest.mark.parametrize("sql", CURATIONS)
 def test_same_curation_same_manifest_bytes(
-    sources: dict[str, LakeSource], tmp_path: Path, sql: str
+    sources: dict[str, Warehouse], tmp_path: Path, sql: str
 ) -> None:
     checked, spec = check_request(CurationRequest(sql, SPEC))
     built = {}
@@ -152,7 +149,7 @@ def test_same_curation_same_manifest_bytes(
 
 
 @pytest.mark.parametrize("sql", [CURATIONS[1], CURATIONS[2], CURATIONS[-2]])
-def test_same_curation_same_preview(sources: dict[str, LakeSource], sql: str) -> None:
+def test_same_curation_same_preview(sources: dict[str, Warehouse], sql: str) -> None:
     lake, house = (
         preview_curation(CurationRequest(sql, SPEC), sources[name], LIMITS).to_dict()
         for name in BACKENDS
@@ -161,7 +158,7 @@ def test_same_curation_same_preview(sources: dict[str, LakeSource], sql: str) ->
     assert house == lake
 
 
-def test_a_cancel_kills_the_running_clickhouse_query(sources: dict[str, LakeSource]) -> None:
+def test_a_cancel_kills_the_running_clickhouse_query(sources: dict[str, Warehouse]) -> None:
     source = sources["clickhouse"]
     joined = ", ".join(f"episode_stats AS s{n}" for n in range(7))  # 48^7 rows
     total = " + ".join(f"s{n}.sum" for n in range(7))
@@ -188,16 +185,7 @@ def test_a_cancel_kills_the_running_clickhouse_query(sources: dict[str, LakeSour
     assert time.monotonic() - started < 10
     assert len(failure) == 1 and isinstance(failure[0], CurationCancelledError)
     with pytest.raises(CurationCancelledError), scope.active():  # it starts nothing new
-        run_query(runaway.tree, source, source.current_snapshot(), LIMITS)
-
-
-def test_a_source_refuses_a_warehouse_of_another_backend(
-    sources: dict[str, LakeSource], chdb: ChdbEngine, tmp_path: Path
-) -> None:
-    config = chdb.new_config()
-    lake = open_warehouse(config.model_copy(update={"backend": "ducklake"}))
-    with pytest.raises(WarehouseError, match="ClickHouse backend"):
-        curation_source(config, lake)
+        run_query(runaway.tree, source, source.current_snapshot(), LIMITS, scope)
 
 
 # -- the service, configured for ClickHouse ------------------------------------------------
@@ -236,7 +224,7 @@ def test_the_embedded_stack_refuses_chdb(chdb: ChdbEngine, tmp_path: Path) -> No
 
 
 def test_the_service_reads_and_curates_on_clickhouse(
-    sources: dict[str, LakeSource],
+    sources: dict[str, Warehouse],
     configs: dict[str, WarehouseConfig],
     pg_dsn: str,
     tmp_path: Path,

@@ -408,8 +408,40 @@ def test_reader_refuses_writes_and_escapes(case: Case) -> None:
     assert case.column("SELECT count(*) AS n FROM episodes") == [0]
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cancel_stops_the_running_query_of_a_tag(open_case: Opener, backend: str) -> None:
+    """``Warehouse.cancel(tag)`` stops the running query of that tag inside the engine (the
+    curation engine's cancel, on either backend); a query of another tag runs on."""
+    case = open_case(backend)
+    house = case.warehouse
+    rows = [event(Op.CREATE, "episodes", 100, i + 1, after=episode_row()) for i in range(40)]
+    house.apply(batch(*rows))
+    joined = ", ".join(f"episodes AS e{n}" for n in range(7))  # 40^7 rows
+    runaway = case.render(f"SELECT count(*) AS n FROM {joined} WHERE e0.steps + e6.steps > 0")
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            house.query_arrow(runaway, timeout_s=60, tag="runaway")
+        except QueryError as error:
+            failures.append(error)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    started = time.monotonic()
+    while thread.is_alive() and time.monotonic() - started < 30:
+        house.cancel("runaway")
+        house.cancel("another-tag")  # names no running query: nothing happens
+        thread.join(0.2)
+    assert not thread.is_alive(), "the cancelled query still runs"
+    assert len(failures) == 1 and not isinstance(failures[0], QueryTimeoutError)
+    assert case.column("SELECT count(*) AS n FROM episodes", tag="runaway") == [40]
+    with pytest.raises(WarehouseError, match="not a query tag"):
+        house.cancel("x' OR 1 = 1 --")
+
+
 def test_clickhouse_kills_a_tagged_query(open_case: Opener) -> None:
-    """``kill_queries`` stops the running queries of a tag (the service's cancel); a tag
+    """``cancel`` stops the running queries of a tag (the service's cancel); a tag
     must be a short identifier, since it is spliced into SQL."""
     case = open_case("clickhouse")
     house = case.warehouse
@@ -430,14 +462,14 @@ def test_clickhouse_kills_a_tagged_query(open_case: Opener) -> None:
     thread.start()
     deadline = time.monotonic() + 20
     while thread.is_alive() and time.monotonic() < deadline:
-        house.kill_queries("t-1")
+        house.cancel("t-1")
         thread.join(0.2)
     assert not thread.is_alive()
     assert len(failures) == 1 and "QUERY_WAS_CANCELLED" in str(failures[0])
     assert not isinstance(failures[0], QueryTimeoutError)
     for tag in ("x' OR 1 = 1 --", "", "a" * 65):
         with pytest.raises(WarehouseError, match="not a query tag"):
-            house.kill_queries(tag)
+            house.cancel(tag)
         with pytest.raises(WarehouseError, match="not a query tag"):
             house.query_arrow("SELECT 1 AS n", tag=tag)
     assert case.column("SELECT count(*) AS n FROM episodes", tag="t-2") == [40]

@@ -391,7 +391,7 @@ class ClickHouseWarehouse(Warehouse):
         (``QueryTimeoutError``); more than ``max_rows`` rows (default ``config.max_rows``)
         raise ``RowLimitError``; ``tables`` are Arrow tables the query reads by name (as
         temporary tables, unpinned); ``tag`` (letters, digits, ``-``, ``_``) names the query
-        for :meth:`kill_queries`."""
+        for :meth:`cancel`."""
         snapshot = self.current_snapshot() if snapshot_id is None else int(snapshot_id)
         if snapshot_id is not None and not self._exists(snapshot):
             raise QueryError(
@@ -403,10 +403,10 @@ class ClickHouseWarehouse(Warehouse):
             sql, snapshot=snapshot, timeout_s=timeout_s, max_rows=max_rows, tables=tables, tag=tag
         )
 
-    def kill_queries(self, tag: str) -> None:
+    def cancel(self, tag: str) -> None:
         """Stop this warehouse's running read queries tagged ``tag`` (``KILL QUERY ...
         ASYNC``): each fails with a ``QueryError`` (code 394, ``QUERY_WAS_CANCELLED``). A query
-        that starts afterwards is not affected; kill again to stop it."""
+        that starts afterwards is not affected; cancel again to stop it."""
         self._reader.kill(tag)
 
     def _exists(self, snapshot: int) -> bool:

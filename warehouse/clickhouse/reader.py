@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
+from warehouse.base import check_tag
 from warehouse.clickhouse.apply import arrow_stage_type
 from warehouse.clickhouse.client import (
     TIMEOUT_EXCEEDED,
@@ -48,7 +49,6 @@ _UNITS |= {"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _INT64_MAX = 2**63 - 1
 _TABLE_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-_TAG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 def parse_bytes(text: str) -> int:
@@ -205,12 +205,6 @@ class ClickHouseReader:
             except queue.Empty:
                 return
             client.close()
-
-
-def check_tag(tag: str) -> None:
-    """Refuse a query tag that is not a short identifier (it is spliced into SQL)."""
-    if not isinstance(tag, str) or not _TAG.match(tag):
-        raise WarehouseError(f"not a query tag: {tag!r} (letters, digits, '-', '_')", tag=tag)
 
 
 @contextmanager

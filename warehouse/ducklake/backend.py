@@ -359,6 +359,7 @@ class DuckLakeWarehouse(Warehouse):
         timeout_s: float | None = None,
         max_rows: int | None = None,
         tables: Mapping[str, pa.Table] | None = None,
+        tag: str | None = None,
     ) -> pa.Table:
         """Run one read-only query on the lake's latest (or the given) snapshot.
 
@@ -366,11 +367,21 @@ class DuckLakeWarehouse(Warehouse):
         when set) with external access off, files limited to the data path and a locked
         configuration. ``timeout_s`` (default ``config.query_timeout_s``) interrupts the query;
         more than ``max_rows`` rows (default ``config.max_rows``) raise ``RowLimitError``;
-        ``tables`` are registered on the query's cursor (see :meth:`LakeReader.query_arrow`).
+        ``tables`` are registered on the query's cursor (see :meth:`LakeReader.query_arrow`);
+        ``tag`` names the query for :meth:`cancel`.
         """
         return self._reader.query_arrow(
-            sql, snapshot_id=snapshot_id, timeout_s=timeout_s, max_rows=max_rows, tables=tables
+            sql,
+            snapshot_id=snapshot_id,
+            timeout_s=timeout_s,
+            max_rows=max_rows,
+            tables=tables,
+            tag=tag,
         )
+
+    def cancel(self, tag: str) -> None:
+        """Interrupt the running read queries tagged ``tag``; see :meth:`LakeReader.cancel`."""
+        self._reader.cancel(tag)
 
     def close(self) -> None:
         with self._lock:

@@ -6,14 +6,17 @@ DuckDB has no statement timeout: a timer thread interrupts the query's cursor in
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import duckdb
 import pyarrow as pa
 
+from warehouse.base import check_tag
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.connection import attach_lake, is_transient, lock_down, new_database
 from warehouse.ducklake.pinning import prepare_query
@@ -33,6 +36,7 @@ class LakeReader:
         self._db: duckdb.DuckDBPyConnection | None = None
         self._names: frozenset[str] | None = None
         self._lock = threading.Lock()
+        self._running: dict[str, set[duckdb.DuckDBPyConnection]] = {}  # tag -> its cursors
 
     def _database(self) -> duckdb.DuckDBPyConnection:
         with self._lock:
@@ -83,6 +87,7 @@ class LakeReader:
         timeout_s: float | None = None,
         max_rows: int | None = None,
         tables: Mapping[str, pa.Table] | None = None,
+        tag: str | None = None,
     ) -> pa.Table:
         """Run one read-only query and return its result as an Arrow table.
 
@@ -96,13 +101,16 @@ class LakeReader:
             are not pinned to ``snapshot_id``. A name is a lower-case identifier that names
             no table or view of the lake's ``main`` schema (anything else is a
             :class:`QueryError`).
+        :param tag: names the query for :meth:`cancel` (see :func:`warehouse.base.check_tag`).
         """
+        if tag is not None:
+            check_tag(tag)
         tables = tables or {}
         self._check_tables(tables, sql)
         text = prepare_query(sql, snapshot_id, unpinned=frozenset(tables))
         limit_s = timeout_s if timeout_s is not None else self._config.query_timeout_s
         cap = max_rows if max_rows is not None else self._config.max_rows
-        with self.cursor() as cur:
+        with self.cursor() as cur, self._tagged(tag, cur):
             for name, table in tables.items():
                 cur.register(name, table)  # a view of this cursor's own: gone when it closes
             fired = threading.Event()
@@ -125,6 +133,33 @@ class LakeReader:
                 ) from error
             finally:
                 timer.cancel()
+
+    @contextmanager
+    def _tagged(self, tag: str | None, cur: duckdb.DuckDBPyConnection) -> Iterator[None]:
+        """Keep ``cur`` findable by ``tag`` while its query runs."""
+        if tag is None:
+            yield
+            return
+        with self._lock:
+            self._running.setdefault(tag, set()).add(cur)
+        try:
+            yield
+        finally:
+            with self._lock:
+                cursors = self._running.get(tag, set())
+                cursors.discard(cur)
+                if not cursors:
+                    self._running.pop(tag, None)
+
+    def cancel(self, tag: str) -> None:
+        """Interrupt the running queries tagged ``tag`` (DuckDB's ``interrupt``; a query that
+        has not started yet is not affected)."""
+        check_tag(tag)
+        with self._lock:
+            cursors = list(self._running.get(tag, ()))
+        for cur in cursors:
+            with contextlib.suppress(duckdb.Error):  # it finished and closed meanwhile
+                cur.interrupt()
 
     def _check_tables(self, tables: Mapping[str, pa.Table], sql: str) -> None:
         """Refuse a caller's table whose name is not a plain lower-case identifier or would
