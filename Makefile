@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit bench-small clean
+.PHONY: demo test lint typecheck imports unit bench-small clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -23,10 +23,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# The import rules of docs/architecture.md, as contracts in pyproject.toml.
+imports: $(STAMP)
+	$(BIN)/lint-imports --no-cache
+
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+test: lint typecheck imports unit
 
 bench-small: $(STAMP)
 	for b in benchmarks/*.py; do $(BIN)/python $$b --small || exit 1; done
