@@ -42,7 +42,7 @@ from quarry.stack.migrations import apply_migrations  # noqa: E402
 from quarry.stack.paths import StatePaths  # noqa: E402
 from quarry.stack.postgres import EmbeddedPostgres  # noqa: E402
 from warehouse.changes import parse_lsn  # noqa: E402
-from warehouse.config import WarehouseConfig  # noqa: E402
+from warehouse.config import DuckLakeConfig  # noqa: E402
 from warehouse.ducklake.backend import DuckLakeWarehouse  # noqa: E402
 
 FULL = {"snapshot_episodes": 200_000, "rate": 5000, "seconds": 60}
@@ -86,7 +86,7 @@ SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM updated)
 """
 
 
-def start_stack(root: Path) -> tuple[EmbeddedPostgres, str, WarehouseConfig]:
+def start_stack(root: Path) -> tuple[EmbeddedPostgres, str, DuckLakeConfig]:
     paths = StatePaths.at(root)
     paths.ensure()
     server = EmbeddedPostgres(paths)
@@ -94,7 +94,7 @@ def start_stack(root: Path) -> tuple[EmbeddedPostgres, str, WarehouseConfig]:
     server.ensure_database("quarry")
     server.ensure_database("quarry_catalog")
     apply_migrations(server.dsn("quarry"), ROOT / "sql" / "postgres")
-    lake = WarehouseConfig(
+    lake = DuckLakeConfig(
         catalog_dsn=SecretStr(server.dsn("quarry_catalog")), data_path=paths.warehouse
     )
     with DuckLakeWarehouse(lake) as warehouse:
@@ -103,19 +103,25 @@ def start_stack(root: Path) -> tuple[EmbeddedPostgres, str, WarehouseConfig]:
 
 
 def start_follower(
-    dsn: str, lake: WarehouseConfig, root: Path, maintenance_s: float
+    dsn: str, lake: DuckLakeConfig, root: Path, maintenance_s: float
 ) -> subprocess.Popen[bytes]:
     log = (root / "cdc.log").open("ab")
-    command = [sys.executable, "-m", "cdc", "follow", "--source-dsn", dsn]
-    command += ["--catalog-dsn", lake.catalog_dsn.get_secret_value()]
-    command += ["--data-path", str(lake.data_path), "--status", str(root / "cdc.json")]
-    command += ["--lag-log", str(root / "lags.jsonl"), "--poll-interval-s", "0.05"]
-    command += ["--maintenance-s", str(maintenance_s)]
-    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)
+    assert lake.catalog_dsn is not None
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")},
+        "QUARRY_SOURCE_DSN": dsn,
+        "QUARRY_WAREHOUSE__CATALOG_DSN": lake.catalog_dsn.get_secret_value(),
+        "QUARRY_WAREHOUSE__DATA_PATH": str(lake.data_path),
+        "QUARRY_CDC__POLL_INTERVAL_S": "0.05",
+        "QUARRY_CDC__MAINTENANCE_INTERVAL_S": str(maintenance_s),
+    }
+    command = [sys.executable, "-m", "cdc", "follow", "--status", str(root / "cdc.json")]
+    command += ["--lag-log", str(root / "lags.jsonl")]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=log)
 
 
 def wait_caught_up(
-    dsn: str, lake: WarehouseConfig, timeout_s: float, follower: subprocess.Popen[bytes]
+    dsn: str, lake: DuckLakeConfig, timeout_s: float, follower: subprocess.Popen[bytes]
 ) -> float:
     with psycopg.connect(dsn) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
@@ -163,7 +169,7 @@ def run_load(dsn: str, rate: int, seconds: float, ids: list[str]) -> dict[str, A
 class QueryProbe:
     """Times PROBE_SQL on a reader of its own every ``every_s`` seconds, in a thread."""
 
-    def __init__(self, lake: WarehouseConfig, every_s: float) -> None:
+    def __init__(self, lake: DuckLakeConfig, every_s: float) -> None:
         self.samples: list[tuple[float, float]] = []  # (seconds into the load, query seconds)
         self._lake, self._every = lake, every_s
         self._stop = threading.Event()
@@ -195,7 +201,7 @@ class QueryProbe:
         }
 
 
-def compare(dsn: str, lake: WarehouseConfig) -> tuple[int, int]:
+def compare(dsn: str, lake: DuckLakeConfig) -> tuple[int, int]:
     """(rows lost, rows duplicated) between Postgres and the warehouse, by (id, steps)."""
     with psycopg.connect(dsn) as conn:
         source = {(str(i), s) for i, s in conn.execute("SELECT id, steps FROM episodes")}
@@ -287,7 +293,7 @@ def main() -> None:
 
 
 def measure(
-    args: argparse.Namespace, params: dict[str, Any], root: Path, dsn: str, lake: WarehouseConfig
+    args: argparse.Namespace, params: dict[str, Any], root: Path, dsn: str, lake: DuckLakeConfig
 ) -> dict[str, Any]:
     """Seed, snapshot, load, catch up, compare; the benchmark's JSON document."""
     load_before = os.getloadavg()

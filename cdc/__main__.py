@@ -1,11 +1,14 @@
-"""``python -m cdc``: run the follower as a process (tests, benchmarks, debugging).
+"""``python -m cdc follow``: run the follower as a process (tests, benchmarks, a follower on
+its own machine).
 
-``quarry cdc follow`` is the product's entry point; this one takes everything as flags, so it
-needs no settings file. SIGTERM and SIGINT stop it cleanly after the current batch.
-
-``--backend ducklake`` (the default) needs ``--catalog-dsn`` and ``--data-path``;
-``--backend clickhouse`` reads the server's DSN from the environment variable
-``QUARRY_CLICKHOUSE_DSN`` (a secret: never on the command line) and takes ``--database``.
+It reads the same settings, from the same environment variables, as ``quarry cdc follow``
+(:class:`cdc.settings.FollowerSettings`): ``QUARRY_SOURCE_DSN`` (required here: there is no
+state folder with an embedded Postgres), the warehouse as ``QUARRY_WAREHOUSE__...``
+(``QUARRY_WAREHOUSE__CATALOG_DSN`` and ``QUARRY_WAREHOUSE__DATA_PATH`` for DuckLake;
+``QUARRY_WAREHOUSE__BACKEND=clickhouse`` and ``QUARRY_WAREHOUSE__DSN`` for ClickHouse), the
+follower's section as ``QUARRY_CDC__...`` (``QUARRY_CDC__SLOT``, ``QUARRY_CDC__POLL_INTERVAL_S``,
+...). Connection strings are secrets and never flags. SIGTERM and SIGINT stop it cleanly after
+the current batch.
 """
 
 from __future__ import annotations
@@ -13,46 +16,29 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import ValidationError
 
-from cdc.config import CdcConfig
 from cdc.errors import CdcError
 from cdc.follower import BatchReport, follow
+from cdc.settings import SOURCE_DSN_ENV, FollowerSettings
 from warehouse.backends import open_warehouse
-from warehouse.config import ClickHouseConfig, WarehouseConfig
 from warehouse.errors import WarehouseError
-
-#: The environment variable holding the ClickHouse DSN (``http(s)://user:password@host:port``).
-CLICKHOUSE_DSN_ENV = "QUARRY_CLICKHOUSE_DSN"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cdc", description=__doc__)
-    parser.add_argument("command", choices=["follow"])
-    parser.add_argument("--source-dsn", required=True, help="libpq DSN of the source database")
-    parser.add_argument("--backend", choices=["ducklake", "clickhouse"], default="ducklake")
-    parser.add_argument("--catalog-dsn", help="libpq DSN of the lake's catalog (DuckLake)")
-    parser.add_argument("--data-path", type=Path, help="folder of the lake's data (DuckLake)")
-    parser.add_argument(
-        "--database",
-        default="quarry",
-        help=f"ClickHouse database (the DSN comes from ${CLICKHOUSE_DSN_ENV})",
+    parser = argparse.ArgumentParser(
+        prog="python -m cdc",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--slot", default="quarry_cdc")
-    parser.add_argument("--publication", default="quarry_cdc")
+    parser.add_argument("command", choices=["follow"])
     parser.add_argument("--status", type=Path, help="status JSON file to keep up to date")
-    parser.add_argument("--poll-interval-s", type=float, default=0.1)
-    parser.add_argument("--max-changes", type=int, default=50_000)
-    parser.add_argument("--heartbeat-s", type=float, default=10.0)
-    parser.add_argument("--maintenance-s", type=float, default=300.0)
-    parser.add_argument("--flush-s", type=float, default=10.0)
     parser.add_argument(
         "--lag-log", type=Path, help="append each batch's per-transaction lags (JSON lines)"
     )
@@ -60,32 +46,6 @@ def _parser() -> argparse.ArgumentParser:
         "--resnapshot", action="store_true", help="drop the slot and take a new initial snapshot"
     )
     return parser
-
-
-def warehouse_config(args: argparse.Namespace, environ: Mapping[str, str]) -> WarehouseConfig:
-    """The warehouse the flags (and, for ClickHouse, ``environ``) name; a missing piece is a
-    ``ValueError`` that says which."""
-    if args.backend == "clickhouse":
-        dsn = environ.get(CLICKHOUSE_DSN_ENV, "")
-        if not dsn:
-            raise ValueError(
-                f"--backend clickhouse needs the server's DSN in ${CLICKHOUSE_DSN_ENV} "
-                "(e.g. https://user:password@host:8443); it is never taken as a flag"
-            )
-        return WarehouseConfig(
-            backend="clickhouse",
-            catalog_dsn=SecretStr("unused"),
-            data_path=Path("unused"),
-            clickhouse=ClickHouseConfig(dsn=SecretStr(dsn), database=args.database),
-        )
-    missing = [
-        f
-        for f, v in (("--catalog-dsn", args.catalog_dsn), ("--data-path", args.data_path))
-        if not v
-    ]
-    if missing:
-        raise ValueError(f"--backend ducklake needs {' and '.join(missing)}")
-    return WarehouseConfig(catalog_dsn=SecretStr(args.catalog_dsn), data_path=args.data_path)
 
 
 def _lag_logger(path: Path) -> Callable[[BatchReport], None]:
@@ -107,35 +67,34 @@ def _lag_logger(path: Path) -> Callable[[BatchReport], None]:
     return write
 
 
+def _fail(message: str) -> int:
+    print(f"quarry-cdc: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    config = CdcConfig(
-        slot=args.slot,
-        publication=args.publication,
-        poll_interval_s=args.poll_interval_s,
-        max_changes_per_batch=args.max_changes,
-        heartbeat_interval_s=args.heartbeat_s,
-        maintenance_interval_s=args.maintenance_s,
-        flush_interval_s=args.flush_s,
-        resnapshot=args.resnapshot,
-    )
     try:
-        lake_config = warehouse_config(args, os.environ)
-    except ValueError as error:  # pydantic's ValidationError is one
-        print(f"quarry-cdc: {error}", file=sys.stderr)
-        return 2
+        settings = FollowerSettings()
+    except ValidationError as error:
+        return _fail(f"bad settings: {error}")
+    if settings.source_dsn is None:
+        return _fail(f"set {SOURCE_DSN_ENV} to the source database's connection string")
+    config = settings.cdc.model_copy(
+        update={"resnapshot": args.resnapshot or settings.cdc.resnapshot}
+    )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        with open_warehouse(lake_config) as lake:
+        with open_warehouse(settings.warehouse) as lake:
             lake.bootstrap()
             on_batch = _lag_logger(args.lag_log) if args.lag_log else None
-            follow(args.source_dsn, lake, config, stop, args.status, on_batch=on_batch)
+            source = settings.source_dsn.get_secret_value()
+            follow(source, lake, config, stop, args.status, on_batch=on_batch)
     except (CdcError, WarehouseError) as error:
-        print(f"quarry-cdc: {error}", file=sys.stderr)
-        return 2
+        return _fail(str(error))
     return 0
 
 

@@ -1,7 +1,8 @@
 """The ``quarry`` command line: one entry, subcommands, one exception boundary.
 
 Every command takes ``--state-dir`` (default ``.quarry/``, also ``QUARRY_STATE_DIR``);
-status-like commands take ``--json``. ``--debug`` re-raises errors with their traceback.
+status-like commands take ``--json``. ``quarry --debug COMMAND`` re-raises errors with their
+traceback instead of the one line :func:`main` prints.
 """
 
 from __future__ import annotations
@@ -24,11 +25,16 @@ for _module in (stack, ingest, episodes, cdc, curate, cache, train, demo, tokens
     _module.register(cli)
 
 
-def main() -> None:
-    """Console-script entry: map Quarry errors to messages and exit codes."""
-    debug = "--debug" in sys.argv[1:]
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry, the one exception boundary: map errors to one line and an exit
+    code (``--debug``, the group's option, re-raises them instead)."""
+    debug = False
     try:
-        cli(standalone_mode=False)
+        with cli.make_context("quarry", list(sys.argv[1:] if argv is None else argv)) as ctx:
+            debug = bool(ctx.params.get("debug"))
+            cli.invoke(ctx)
+    except click.exceptions.Exit as done:  # --help, --version
+        sys.exit(done.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

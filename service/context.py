@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from curation.build import CurationLimits
 from service.settings import ServiceSettings
 from warehouse.backends import open_warehouse
 from warehouse.base import Warehouse
@@ -34,10 +33,6 @@ class ServiceContext:
             if self._warehouse is None:
                 self._warehouse = open_warehouse(self.settings.warehouse)
             return self._warehouse
-
-    def curation_limits(self) -> CurationLimits:
-        section = self.settings.curation
-        return CurationLimits(timeout_s=section.timeout_s, max_rows=section.max_rows)
 
     def close(self) -> None:
         with self._lock:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from loader.config import LoaderConfig
+from loader.layout import NodeLayout
 
 from .errors import ConfigError
 
@@ -248,7 +249,7 @@ class TrainerConfig(_Section):
         data = dict(data)
         loader = dict(data.get("loader") or {})
         cache = dict(loader.get("cache") or {})
-        cache.setdefault("root", str(Path(data.get("state_dir", ".quarry")) / "cache"))
+        cache.setdefault("root", str(NodeLayout(Path(data.get("state_dir", ".quarry"))).cache))
         loader["cache"] = cache
         loader.setdefault("seed", data.get("seed", 0))
         data["loader"] = loader
@@ -265,17 +266,17 @@ class TrainerConfig(_Section):
     @property
     def runs_dir(self) -> Path:
         """Run records (config, progress, samples, failures, metrics, summary) per run."""
-        return self.state_dir / "runs"
+        return NodeLayout(self.state_dir).runs
 
     @property
     def checkpoints_dir(self) -> Path:
         """Checkpoints, one folder per run."""
-        return self.state_dir / "checkpoints"
+        return NodeLayout(self.state_dir).checkpoints
 
     @property
     def manifests_dir(self) -> Path:
         """The node's manifest copies, ``<id>.arrow``."""
-        return self.state_dir / "manifests"
+        return NodeLayout(self.state_dir).manifests
 
     def to_json(self) -> str:
         """The settings as JSON, secrets included (the file written for the workers is 0600)."""

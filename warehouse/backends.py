@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from warehouse.base import Warehouse
-from warehouse.config import WarehouseConfig
+from warehouse.config import ClickHouseConfig, WarehouseConfig
 
 Backend = Literal["ducklake", "clickhouse"]
 
@@ -18,8 +18,11 @@ DIALECTS: dict[Backend, str] = {"ducklake": "duckdb", "clickhouse": "clickhouse"
 
 
 def open_warehouse(config: WarehouseConfig) -> Warehouse:
-    """The warehouse ``config.backend`` names; nothing connects until first use."""
-    if config.backend == "clickhouse":
+    """The warehouse ``config.backend`` names; nothing connects until first use.
+
+    :raises WarehouseError: a connection string the backend needs is not set.
+    """
+    if isinstance(config, ClickHouseConfig):
         from warehouse.clickhouse.backend import ClickHouseWarehouse
 
         return ClickHouseWarehouse(config)

@@ -1,40 +1,51 @@
-"""Settings of the warehouse: one pydantic section, built by the entry point and passed in."""
+"""Settings of the warehouse: one pydantic section per backend, a union told apart by
+``backend``, built by the entry point and passed in.
+
+The ``quarry`` settings and ``python -m cdc`` read it from the same environment variables,
+``QUARRY_WAREHOUSE__<FIELD>`` (``QUARRY_WAREHOUSE__BACKEND=clickhouse``,
+``QUARRY_WAREHOUSE__DSN=...``); without ``backend`` a section is DuckLake's. Connection
+strings may be left unset in the settings (the embedded stack fills DuckLake's in); a backend
+refuses to open with one missing (:meth:`DuckLakeConfig.check_complete`).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, SecretStr, Tag
+
+from warehouse.errors import WarehouseError
+
+#: How the settings name a warehouse field in the environment (``QUARRY_WAREHOUSE__DSN``).
+ENV_PREFIX = "QUARRY_WAREHOUSE__"
 
 
-class ClickHouseConfig(BaseModel):
-    """The ClickHouse backend (scale-out): where the server is and how readers are limited.
-
-    ``dsn`` is what ``clickhouse_connect.get_client(dsn=...)`` takes: ``http(s)://user:pw@host:
-    8123`` for a server, or ``chdb:///path`` for chDB, ClickHouse in-process (one process per
-    data folder: tests and single-process tools only). ``reader_dsn`` is the account the
-    readers use when set; see docs/warehouse.md for its settings profile and grants.
-    The warehouse lives in three databases: ``<database>`` (the curation views),
-    ``<database>_mirror`` (mirrored tables) and ``<database>_meta`` (commits, metadata).
-    """
+class _Section(BaseModel):
+    """What both backends take: how their readers are limited and how long snapshots stay."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    dsn: SecretStr
-    reader_dsn: SecretStr | None = None
-    database: str = Field(default="quarry", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
-    reader_pool: int = Field(default=4, ge=1, description="idle reader connections kept")
-    result_timezone: str = Field(
-        default="Etc/UTC",
-        description="zone name that timestamp-with-time-zone results carry in Arrow (values "
-        "are UTC instants either way); Etc/UTC is what the DuckLake reader reports on a UTC "
-        "host, so both backends return the same Arrow types",
+    query_timeout_s: float = Field(default=30.0, gt=0, description="seconds, per read query")
+    max_rows: int | None = Field(default=None, gt=0, description="row cap of a read query")
+    reader_memory_limit: str = "2GB"
+    snapshot_retain_s: float = Field(
+        default=3600.0,
+        ge=0,
+        description="maintenance never expires a snapshot younger than this (seconds)",
     )
 
+    def _require(self, **fields: object) -> None:
+        missing = [name for name, value in fields.items() if value is None]
+        if missing:
+            names = ", ".join(f"{name} ({ENV_PREFIX}{name.upper()})" for name in missing)
+            raise WarehouseError(
+                f"the {getattr(self, 'backend', '?')} warehouse needs {names}", missing=missing
+            )
 
-class WarehouseConfig(BaseModel):
-    """Where the warehouse lives and how its readers are limited.
+
+class DuckLakeConfig(_Section):
+    """The DuckLake backend (embedded default): catalog in Postgres, data as Parquet.
 
     ``catalog_dsn`` is a libpq connection string for the DuckLake catalog database, e.g.
     ``host=/state/pg-socket user=postgres dbname=quarry_catalog``. Readers connect with
@@ -42,31 +53,25 @@ class WarehouseConfig(BaseModel):
     cannot reach the catalog server's files through the Postgres extension.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    backend: Literal["ducklake", "clickhouse"] = "ducklake"
-    catalog_dsn: SecretStr
-    data_path: Path = Field(description="folder of the Parquet data files")
+    backend: Literal["ducklake"] = "ducklake"
+    catalog_dsn: SecretStr | None = Field(
+        default=None, description="the lake's catalog database; unset: the embedded stack's"
+    )
+    data_path: Path | None = Field(
+        default=None, description="folder of the Parquet data files; unset: the state folder's"
+    )
     reader_catalog_dsn: SecretStr | None = None
     alias: str = Field(
         default="wh",
         pattern=r"^[a-z_][a-z0-9_]*$",
         description="name the lake is attached under inside DuckDB",
     )
-    query_timeout_s: float = Field(default=30.0, gt=0, description="seconds, per read query")
-    max_rows: int | None = Field(default=None, gt=0, description="row cap of a read query")
-    reader_memory_limit: str = "2GB"
     reader_threads: int = Field(default=2, ge=1)
     writer_threads: int = Field(
         default=1,
         ge=1,
         description="DuckDB threads of the writer; CDC batches are small, and one thread "
         "applies them with the least CPU on a busy machine",
-    )
-    snapshot_retain_s: float = Field(
-        default=3600.0,
-        ge=0,
-        description="maintenance never expires a snapshot younger than this (seconds)",
     )
     data_inlining_row_limit: int = Field(
         default=1000,
@@ -82,14 +87,64 @@ class WarehouseConfig(BaseModel):
         "deleted (CDC updates delete rows everywhere; DuckLake only merges files without "
         "deletes), so the file count stays bounded",
     )
-    clickhouse: ClickHouseConfig | None = Field(
-        default=None,
-        description="the ClickHouse backend's section; required when backend is "
-        "'clickhouse' (catalog_dsn and data_path are then unused)",
+
+    def check_complete(self) -> None:
+        """Refuse a section without its catalog or data folder (``WarehouseError``)."""
+        self._require(catalog_dsn=self.catalog_dsn, data_path=self.data_path)
+
+    @property
+    def lake_data_path(self) -> Path:
+        """``data_path``, which must be set (see :meth:`check_complete`)."""
+        self.check_complete()
+        assert self.data_path is not None
+        return self.data_path
+
+
+class ClickHouseConfig(_Section):
+    """The ClickHouse backend (scale-out): where the server is and how readers are limited.
+
+    ``dsn`` is what ``clickhouse_connect.get_client(dsn=...)`` takes: ``http(s)://user:pw@host:
+    8123`` for a server, or ``chdb:///path`` for chDB, ClickHouse in-process (one process per
+    data folder: tests and single-process tools only). ``reader_dsn`` is the account the
+    readers use when set; see docs/warehouse.md for its settings profile and grants. Both are
+    secrets: set them through the environment, never a flag.
+    The warehouse lives in three databases: ``<database>`` (the curation views),
+    ``<database>_mirror`` (mirrored tables) and ``<database>_meta`` (commits, metadata).
+    """
+
+    backend: Literal["clickhouse"] = "clickhouse"
+    dsn: SecretStr | None = Field(default=None, description="the writer's server (a secret)")
+    reader_dsn: SecretStr | None = None
+    database: str = Field(default="quarry", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
+    reader_pool: int = Field(default=4, ge=1, description="idle reader connections kept")
+    result_timezone: str = Field(
+        default="Etc/UTC",
+        description="zone name that timestamp-with-time-zone results carry in Arrow (values "
+        "are UTC instants either way); Etc/UTC is what the DuckLake reader reports on a UTC "
+        "host, so both backends return the same Arrow types",
     )
 
-    @model_validator(mode="after")
-    def _backend_section(self) -> WarehouseConfig:
-        if self.backend == "clickhouse" and self.clickhouse is None:
-            raise ValueError("backend 'clickhouse' needs the 'clickhouse' section (its dsn)")
-        return self
+    def check_complete(self) -> None:
+        """Refuse a section without the server's DSN (``WarehouseError``)."""
+        self._require(dsn=self.dsn)
+
+    @property
+    def server_dsn(self) -> str:
+        """``dsn`` as text, which must be set (see :meth:`check_complete`)."""
+        self.check_complete()
+        assert self.dsn is not None
+        return self.dsn.get_secret_value()
+
+
+def _backend_of(value: Any) -> str:
+    """The union's tag: the section's ``backend``, DuckLake's when it names none."""
+    if isinstance(value, dict):
+        return str(value.get("backend", "ducklake"))
+    return str(getattr(value, "backend", "ducklake"))
+
+
+#: The warehouse section: DuckLake's or ClickHouse's, by ``backend``.
+WarehouseConfig = Annotated[
+    Annotated[DuckLakeConfig, Tag("ducklake")] | Annotated[ClickHouseConfig, Tag("clickhouse")],
+    Discriminator(_backend_of),
+]

@@ -25,7 +25,7 @@ from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, EmbeddedPostgres
 from quarry.stack.processes import Daemon
 from service.tokens import ensure_admin_token
 from warehouse.backends import open_warehouse
-from warehouse.config import WarehouseConfig
+from warehouse.config import ClickHouseConfig, WarehouseConfig
 
 T = TypeVar("T")
 
@@ -67,9 +67,7 @@ def check_stack_backend(config: WarehouseConfig) -> None:
     """Refuse a warehouse the stack's separate processes cannot share: chDB (ClickHouse
     in-process) opens one data folder in one process only, and the follower and the service
     are two. The stack runs on DuckLake (the default) or a ClickHouse server."""
-    section = config.clickhouse
-    dsn = section.dsn.get_secret_value() if section is not None else ""
-    if config.backend == "clickhouse" and dsn.startswith(CHDB_SCHEME):
+    if isinstance(config, ClickHouseConfig) and config.server_dsn.startswith(CHDB_SCHEME):
         raise ConfigError(
             "the embedded stack cannot run on chDB: the CDC follower and the service are "
             "separate processes and chDB opens a data folder in one process only; use "

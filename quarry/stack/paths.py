@@ -6,16 +6,17 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from loader.layout import NodeLayout
+
 # A Unix socket path must fit in sockaddr_un.sun_path (108 bytes on Linux, NUL included).
 _MAX_SOCKET_PATH = 100
 _SOCKET_NAME = ".s.PGSQL.5432"
 
 
 @dataclass(frozen=True)
-class StatePaths:
-    """The layout of one state folder. ``root`` is absolute."""
-
-    root: Path
+class StatePaths(NodeLayout):
+    """The layout of one state folder (a node's, see :class:`loader.layout.NodeLayout`, plus
+    the embedded stack's own folders). ``root`` is absolute."""
 
     @classmethod
     def at(cls, root: Path | str) -> StatePaths:
@@ -32,18 +33,6 @@ class StatePaths:
     @property
     def objects(self) -> Path:
         return self.root / "objects"
-
-    @property
-    def manifests(self) -> Path:
-        return self.root / "manifests"
-
-    @property
-    def cache(self) -> Path:
-        return self.root / "cache"
-
-    @property
-    def checkpoints(self) -> Path:
-        return self.root / "checkpoints"
 
     @property
     def logs(self) -> Path:

@@ -3,6 +3,7 @@ restart Postgres under it; afterwards every mirrored table equals Postgres row f
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import signal
@@ -33,7 +34,7 @@ from tests.cdc.conftest import (
 )
 from tests.fixtures.postgres import SQL_DIR
 from tests.fixtures.warehouse import new_warehouse_config
-from warehouse.config import WarehouseConfig
+from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
 
 pytestmark = pytest.mark.slow
@@ -79,31 +80,22 @@ class Load:
 
 
 def _follower(
-    pg_dsn: str, config: WarehouseConfig, slot: str, status: Path
+    pg_dsn: str, config: DuckLakeConfig, slot: str, status: Path
 ) -> subprocess.Popen[bytes]:
+    assert config.catalog_dsn is not None
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")},
+        "QUARRY_SOURCE_DSN": pg_dsn,
+        "QUARRY_WAREHOUSE__CATALOG_DSN": config.catalog_dsn.get_secret_value(),
+        "QUARRY_WAREHOUSE__DATA_PATH": str(config.data_path),
+        "QUARRY_CDC__SLOT": slot,
+        "QUARRY_CDC__POLL_INTERVAL_S": "0.05",
+        "QUARRY_CDC__HEARTBEAT_INTERVAL_S": "1",
+        "QUARRY_CDC__MAINTENANCE_INTERVAL_S": "2",
+    }
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cdc",
-            "follow",
-            "--source-dsn",
-            pg_dsn,
-            "--catalog-dsn",
-            config.catalog_dsn.get_secret_value(),
-            "--data-path",
-            str(config.data_path),
-            "--slot",
-            slot,
-            "--status",
-            str(status),
-            "--poll-interval-s",
-            "0.05",
-            "--heartbeat-s",
-            "1",
-            "--maintenance-s",
-            "2",
-        ],
+        [sys.executable, "-m", "cdc", "follow", "--status", str(status)],
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -113,7 +105,7 @@ def test_sigkill_during_load_loses_and_duplicates_nothing(
     pg_conn: psycopg.Connection[Any],
     pg_dsn: str,
     warehouse: DuckLakeWarehouse,
-    warehouse_config: WarehouseConfig,
+    warehouse_config: DuckLakeConfig,
     cdc_config: CdcConfig,
     tmp_path: Path,
 ) -> None:

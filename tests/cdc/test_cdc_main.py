@@ -1,5 +1,6 @@
-"""``python -m cdc``: the backend flag, the ClickHouse DSN from the environment (never a flag),
-clear errors for what is missing, and the follower process mirroring into ClickHouse."""
+"""``python -m cdc``: the settings of ``quarry cdc follow`` from the same environment variables
+(the ClickHouse DSN never a flag), clear errors for what is missing, and the follower process
+mirroring into ClickHouse."""
 
 from __future__ import annotations
 
@@ -14,39 +15,57 @@ from typing import Any
 import psycopg
 import pytest
 
-from cdc.__main__ import CLICKHOUSE_DSN_ENV, _parser, main, warehouse_config
+from cdc.__main__ import _parser, main
 from cdc.config import CdcConfig
+from cdc.settings import SOURCE_DSN_ENV, FollowerSettings
 from cdc.status import FollowerStatus, read_status
 from tests.cdc.conftest import current_lsn, insert_episodes, seed, wait_until
 from warehouse.changes import parse_lsn
+from warehouse.config import ENV_PREFIX, ClickHouseConfig
+
+CLICKHOUSE_DSN_ENV = ENV_PREFIX + "DSN"
 
 
 def test_clickhouse_without_the_dsn_variable_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv(CLICKHOUSE_DSN_ENV, raising=False)
-    assert main(["follow", "--source-dsn", "dbname=x", "--backend", "clickhouse"]) == 2
+    monkeypatch.setenv(SOURCE_DSN_ENV, "dbname=x")
+    monkeypatch.setenv(ENV_PREFIX + "BACKEND", "clickhouse")
+    assert main(["follow"]) == 2
     error = capsys.readouterr().err
-    assert CLICKHOUSE_DSN_ENV in error and "--backend clickhouse" in error
+    assert CLICKHOUSE_DSN_ENV in error and "clickhouse" in error
 
 
-def test_ducklake_without_its_lake_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["follow", "--source-dsn", "dbname=x", "--data-path", "/tmp/lake"]) == 2
-    assert "--catalog-dsn" in capsys.readouterr().err
+def test_ducklake_without_its_lake_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(SOURCE_DSN_ENV, "dbname=x")
+    monkeypatch.setenv(ENV_PREFIX + "DATA_PATH", "/tmp/lake")
+    assert main(["follow"]) == 2
+    assert ENV_PREFIX + "CATALOG_DSN" in capsys.readouterr().err
 
 
-def test_the_dsn_comes_from_the_environment_only() -> None:
-    args = _parser().parse_args(
-        ["follow", "--source-dsn", "dbname=x", "--backend", "clickhouse", "--database", "wh"]
-    )
+def test_without_a_source_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv(SOURCE_DSN_ENV, raising=False)
+    assert main(["follow"]) == 2
+    assert SOURCE_DSN_ENV in capsys.readouterr().err
+
+
+def test_the_dsn_comes_from_the_environment_only(monkeypatch: pytest.MonkeyPatch) -> None:
     dsn = "https://writer:s3cret@ch.example.net:8443"
-    config = warehouse_config(args, {CLICKHOUSE_DSN_ENV: dsn})
-    assert config.backend == "clickhouse" and config.clickhouse is not None
-    assert config.clickhouse.dsn.get_secret_value() == dsn
-    assert config.clickhouse.database == "wh"
+    monkeypatch.setenv(ENV_PREFIX + "BACKEND", "clickhouse")
+    monkeypatch.setenv(CLICKHOUSE_DSN_ENV, dsn)
+    monkeypatch.setenv(ENV_PREFIX + "DATABASE", "wh")
+    config = FollowerSettings().warehouse
+    assert config.backend == "clickhouse" and isinstance(config, ClickHouseConfig)
+    assert config.server_dsn == dsn
+    assert config.database == "wh"
     assert "s3cret" not in repr(config)
     with pytest.raises(SystemExit):  # no flag takes a DSN for ClickHouse
-        _parser().parse_args(["follow", "--source-dsn", "x", "--clickhouse-dsn", dsn])
+        _parser().parse_args(["follow", "--clickhouse-dsn", dsn])
 
 
 def test_the_follower_process_mirrors_into_clickhouse(
@@ -57,10 +76,16 @@ def test_the_follower_process_mirrors_into_clickhouse(
     seed(pg_conn, 5)
     status = tmp_path / "cdc.json"
     dsn = f"chdb://{tmp_path / 'chdb'}"
-    env = {**os.environ, CLICKHOUSE_DSN_ENV: dsn}
-    command = [sys.executable, "-m", "cdc", "follow", "--backend", "clickhouse"]
-    command += ["--source-dsn", pg_dsn, "--slot", cdc_config.slot, "--status", str(status)]
-    command += ["--poll-interval-s", "0.05", "--heartbeat-s", "1"]
+    env = {
+        **os.environ,
+        SOURCE_DSN_ENV: pg_dsn,
+        ENV_PREFIX + "BACKEND": "clickhouse",
+        CLICKHOUSE_DSN_ENV: dsn,
+        "QUARRY_CDC__SLOT": cdc_config.slot,
+        "QUARRY_CDC__POLL_INTERVAL_S": "0.05",
+        "QUARRY_CDC__HEARTBEAT_INTERVAL_S": "1",
+    }
+    command = [sys.executable, "-m", "cdc", "follow", "--status", str(status)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
 
@@ -80,11 +105,10 @@ def test_the_follower_process_mirrors_into_clickhouse(
         _, errors = process.communicate(timeout=30)
     assert process.returncode == 0, errors.decode()
     read = (
-        "import json, sys; from pydantic import SecretStr; from pathlib import Path; "
+        "import json, sys; from pydantic import SecretStr; "
         "from warehouse.backends import open_warehouse; "
-        "from warehouse.config import ClickHouseConfig, WarehouseConfig; "
-        "c = WarehouseConfig(backend='clickhouse', catalog_dsn=SecretStr('-'), "
-        "data_path=Path('-'), clickhouse=ClickHouseConfig(dsn=SecretStr(sys.argv[1]))); "
+        "from warehouse.config import ClickHouseConfig; "
+        "c = ClickHouseConfig(dsn=SecretStr(sys.argv[1])); "
         "w = open_warehouse(c); "
         "print(json.dumps(sorted(w.query_arrow('SELECT id FROM episodes')['id'].to_pylist())))"
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pydantic import ValidationError
 
 from curation.build import (
     CurationLimits,
@@ -49,7 +50,7 @@ from tests.warehouse.fleet import fleet
 from warehouse.backends import open_warehouse
 from warehouse.base import CURATION_VIEWS, Warehouse
 from warehouse.clickhouse.backend import ClickHouseWarehouse
-from warehouse.config import WarehouseConfig
+from warehouse.config import ClickHouseConfig, WarehouseConfig
 
 BACKENDS = ("ducklake", "clickhouse")
 LIMITS = CurationLimits(timeout_s=60)
@@ -193,9 +194,9 @@ def test_a_cancel_kills_the_running_clickhouse_query(sources: dict[str, Warehous
 
 def clickhouse_settings(state_dir: Path, config: WarehouseConfig) -> Settings:
     """Settings naming the ClickHouse warehouse ``config``, as the environment would."""
-    assert config.clickhouse is not None
-    section = {"dsn": config.clickhouse.dsn, "database": config.clickhouse.database}
-    return Settings(state_dir=state_dir, warehouse={"backend": "clickhouse", "clickhouse": section})
+    assert isinstance(config, ClickHouseConfig)
+    section = {"backend": "clickhouse", "dsn": config.dsn, "database": config.database}
+    return Settings(state_dir=state_dir, warehouse=section)
 
 
 def test_settings_select_clickhouse_from_the_environment(
@@ -203,16 +204,19 @@ def test_settings_select_clickhouse_from_the_environment(
 ) -> None:
     monkeypatch.setenv("QUARRY_WAREHOUSE__BACKEND", "clickhouse")
     monkeypatch.setenv(CLICKHOUSE_DSN_ENV, "https://writer:s3cret@ch.example.net:8443")
-    monkeypatch.setenv("QUARRY_WAREHOUSE__CLICKHOUSE__DATABASE", "wh")
+    monkeypatch.setenv("QUARRY_WAREHOUSE__DATABASE", "wh")
     config = Settings(state_dir=tmp_path).warehouse_config()
-    assert config.backend == "clickhouse" and config.clickhouse is not None
-    assert config.clickhouse.dsn.get_secret_value().endswith("@ch.example.net:8443")
-    assert config.clickhouse.database == "wh"
+    assert config.backend == "clickhouse" and isinstance(config, ClickHouseConfig)
+    assert config.server_dsn.endswith("@ch.example.net:8443")
+    assert config.database == "wh"
     assert "s3cret" not in repr(Settings(state_dir=tmp_path))
     monkeypatch.delenv(CLICKHOUSE_DSN_ENV)
     with pytest.raises(ConfigError, match=CLICKHOUSE_DSN_ENV):
         Settings(state_dir=tmp_path).warehouse_config()
     monkeypatch.delenv("QUARRY_WAREHOUSE__BACKEND")
+    with pytest.raises(ValidationError, match="database"):  # a ClickHouse field on DuckLake
+        Settings(state_dir=tmp_path)
+    monkeypatch.delenv("QUARRY_WAREHOUSE__DATABASE")
     assert Settings(state_dir=tmp_path).warehouse_config().backend == "ducklake"
 
 

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
-from quarry.settings import Settings, WarehouseSection
+from quarry.settings import Settings
 from service.api.routes import cdc as cdc_routes
 from service.app import create_app
 from service.tokens import Scope, create_token
@@ -48,7 +48,7 @@ def service(
     settings = Settings(
         state_dir=Path(tmp_path_factory.mktemp("state")),
         source_dsn=SecretStr(dsn),
-        warehouse=WarehouseSection(catalog_dsn=lake.catalog_dsn, data_path=lake.data_path),
+        warehouse=lake,
     )
     app = create_app(settings.service_settings())
     if not any(getattr(r, "path", "") == "/v1/cdc/debezium" for r in app.routes):

@@ -43,7 +43,7 @@ from warehouse.base import CURATION_VIEWS, Warehouse
 from warehouse.changes import ChangeBatch, ColumnSpec, Op, Position, SnapshotChunk, TableSpec
 from warehouse.clickhouse.backend import ClickHouseWarehouse
 from warehouse.clickhouse.schema import Databases
-from warehouse.config import WarehouseConfig
+from warehouse.config import ClickHouseConfig, WarehouseConfig
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseError
 from warehouse.rows import Layout, TextRows
 
@@ -624,8 +624,8 @@ def test_clickhouse_maintenance_trims_the_change_log(open_case: Opener) -> None:
     """``table_changes`` keeps only the rows a kept snapshot's data version reads, so it
     stops growing with every batch, and every kept snapshot's data versions stay as they were."""
     case = open_case("clickhouse", snapshot_retain_s=0.0)
-    assert case.config.clickhouse is not None
-    changes = f"{case.config.clickhouse.database}_meta.table_changes"
+    assert isinstance(case.config, ClickHouseConfig)
+    changes = f"{case.config.database}_meta.table_changes"
     lake = case.warehouse
     a = episode_row()
     snapshots = [lake.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))]
@@ -655,8 +655,8 @@ def test_clickhouse_maintenance_trims_the_change_log(open_case: Opener) -> None:
 
 def _live_rows(case: Case, conn: Any, table: str) -> tuple[list[tuple[Any, ...]], list[Any]]:
     """A mirrored table's live rows at the current snapshot, and Postgres's, comparable."""
-    assert case.config.clickhouse is not None
-    meta = f"{case.config.clickhouse.database}_meta"
+    assert isinstance(case.config, ClickHouseConfig)
+    meta = f"{case.config.database}_meta"
     columns, json_columns = table_columns(conn, table)
     names = ", ".join(f"`{c}`" for c in columns)
     live = case.warehouse.query_arrow(f"SELECT {names} FROM {meta}.live_{table}").to_pylist()
@@ -721,8 +721,8 @@ def test_clickhouse_readers_never_see_an_unfinished_write(
     that died) are invisible to every read, raw mirror included, and the next writer deletes
     what a dead one left."""
     case = open_case("clickhouse")
-    assert case.config.clickhouse is not None
-    names = Databases.of(case.config.clickhouse.database)
+    assert isinstance(case.config, ClickHouseConfig)
+    names = Databases.of(case.config.database)
     a = episode_row()
     done = case.warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))
     chdb.client.command(

@@ -76,9 +76,9 @@ def test_reader_in_another_process_while_the_writer_is_open(
     warehouse.apply(batch(event(Op.CREATE, "episodes", 100, after=a)))
     script = textwrap.dedent("""
         import sys
-        from warehouse.config import WarehouseConfig
+        from warehouse.config import DuckLakeConfig
         from warehouse.ducklake.backend import DuckLakeWarehouse
-        config = WarehouseConfig.model_validate_json(sys.stdin.read())
+        config = DuckLakeConfig.model_validate_json(sys.stdin.read())
         with DuckLakeWarehouse(config) as lake:
             print(lake.query_arrow("SELECT id FROM episodes").column(0)[0])
     """)

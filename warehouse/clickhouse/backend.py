@@ -62,8 +62,8 @@ from warehouse.clickhouse.schema import (
     create_table_statement,
     view_tables,
 )
-from warehouse.config import ClickHouseConfig, WarehouseConfig
-from warehouse.errors import QueryError, WarehouseError
+from warehouse.config import ClickHouseConfig
+from warehouse.errors import QueryError
 from warehouse.rows import snapshot_rows
 from warehouse.staging import KEEP
 from warehouse.types import duckdb_type
@@ -80,14 +80,12 @@ class ClickHouseWarehouse(Warehouse):
     #: The SQL dialect :meth:`query_arrow` takes (sqlglot's name).
     dialect = DIALECT
 
-    def __init__(self, config: WarehouseConfig, *, sql_dir: Path | None = None) -> None:
-        if config.clickhouse is None:
-            raise WarehouseError("the ClickHouse backend needs the config's 'clickhouse' section")
+    def __init__(self, config: ClickHouseConfig, *, sql_dir: Path | None = None) -> None:
+        config.check_complete()
         self._config = config
-        self._section: ClickHouseConfig = config.clickhouse
-        self._names = Databases.of(self._section.database)
+        self._names = Databases.of(config.database)
         self._sql_dir = sql_dir or SQL_DIR
-        self._reader = ClickHouseReader(config, self._section)
+        self._reader = ClickHouseReader(config)
         self._writer: Client | None = None
         self._repaired = False
         self._tables: dict[str, MirrorTable] | None = None
@@ -95,7 +93,7 @@ class ClickHouseWarehouse(Warehouse):
         self._lock = threading.RLock()
 
     @property
-    def config(self) -> WarehouseConfig:
+    def config(self) -> ClickHouseConfig:
         return self._config
 
     @property
@@ -111,7 +109,7 @@ class ClickHouseWarehouse(Warehouse):
         with self._lock:
             try:
                 if self._writer is None:
-                    self._writer = connect(self._section.dsn.get_secret_value())
+                    self._writer = connect(self._config.server_dsn)
                 if not self._repaired:
                     repair(self._writer, self._names)
                     self._repaired = True

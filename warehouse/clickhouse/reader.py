@@ -35,7 +35,7 @@ from warehouse.clickhouse.client import (
 )
 from warehouse.clickhouse.pinning import pin_query
 from warehouse.clickhouse.schema import Databases, quote
-from warehouse.config import ClickHouseConfig, WarehouseConfig
+from warehouse.config import ClickHouseConfig
 from warehouse.errors import (
     QueryError,
     QueryTimeoutError,
@@ -63,11 +63,11 @@ def parse_bytes(text: str) -> int:
 class ClickHouseReader:
     """Read queries for one warehouse; thread-safe (a client per query at a time)."""
 
-    def __init__(self, config: WarehouseConfig, section: ClickHouseConfig) -> None:
+    def __init__(self, config: ClickHouseConfig) -> None:
         self._config = config
-        self._section = section
-        self._names = Databases.of(section.database)
-        self._dsn = (section.reader_dsn or section.dsn).get_secret_value()
+        self._names = Databases.of(config.database)
+        reader = config.reader_dsn
+        self._dsn = reader.get_secret_value() if reader is not None else config.server_dsn
         self._idle: queue.LifoQueue[tuple[Client, bool]] = queue.LifoQueue()
         self._memory = parse_bytes(config.reader_memory_limit)
         self._closed = threading.Event()
@@ -95,7 +95,7 @@ class ClickHouseReader:
         return client, mode == 0
 
     def _give_back(self, client: Client, own_readonly: bool) -> None:
-        if self._closed.is_set() or self._idle.qsize() >= self._section.reader_pool:
+        if self._closed.is_set() or self._idle.qsize() >= self._config.reader_pool:
             client.close()
         else:
             self._idle.put((client, own_readonly))
@@ -147,7 +147,7 @@ class ClickHouseReader:
             client.close()  # a failed query may leave session state behind (chDB)
             raise _query_failure(error, sql, limit_s, cap, snapshot) from error
         self._give_back(client, own_readonly)
-        return conform(table, self._section.result_timezone)
+        return conform(table, self._config.result_timezone)
 
     def _check_names(self, tables: Mapping[str, pa.Table], sql: str) -> frozenset[str]:
         for name, rows in tables.items():

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from warehouse.base import MaintenanceReport, MirrorTable, Warehouse
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
-from warehouse.config import WarehouseConfig
+from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.apply import apply_rows, insert_rows
 from warehouse.ducklake.connection import attach_lake, is_transient, new_database
 from warehouse.ducklake.maintenance import maintain_lake
@@ -48,7 +48,8 @@ class DuckLakeWarehouse(Warehouse):
     #: The SQL dialect :meth:`query_arrow` takes (sqlglot's name).
     dialect = "duckdb"
 
-    def __init__(self, config: WarehouseConfig, *, sql_dir: Path | None = None) -> None:
+    def __init__(self, config: DuckLakeConfig, *, sql_dir: Path | None = None) -> None:
+        config.check_complete()
         self._config = config
         self._sql_dir = sql_dir or SQL_DIR
         self._reader = LakeReader(config)
@@ -58,14 +59,14 @@ class DuckLakeWarehouse(Warehouse):
         self._lock = threading.RLock()
 
     @property
-    def config(self) -> WarehouseConfig:
+    def config(self) -> DuckLakeConfig:
         return self._config
 
     # -- writer --------------------------------------------------------------------------
 
     def _writer_connection(self) -> duckdb.DuckDBPyConnection:
         if self._writer is None:
-            self._config.data_path.mkdir(parents=True, exist_ok=True)
+            self._config.lake_data_path.mkdir(parents=True, exist_ok=True)
             con = new_database(self._config.writer_threads)
             try:
                 attach_lake(con, self._config, read_only=False)

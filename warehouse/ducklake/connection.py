@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from warehouse.config import WarehouseConfig
+from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.statements import ident, literal
 from warehouse.errors import WarehouseError, WarehouseUnavailableError
 
@@ -56,14 +56,14 @@ def new_database(threads: int, memory_limit: str | None = None) -> duckdb.DuckDB
     return con
 
 
-def attach_lake(
-    con: duckdb.DuckDBPyConnection, config: WarehouseConfig, *, read_only: bool
-) -> None:
+def attach_lake(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig, *, read_only: bool) -> None:
     """Attach the lake under ``config.alias`` and make it the default catalog."""
+    config.check_complete()
     dsn = config.catalog_dsn
     if read_only and config.reader_catalog_dsn is not None:
         dsn = config.reader_catalog_dsn
-    options = [f"DATA_PATH {literal(str(config.data_path) + '/')}"]
+    assert dsn is not None
+    options = [f"DATA_PATH {literal(str(config.lake_data_path) + '/')}"]
     if read_only:
         options.append("READ_ONLY")
     else:
@@ -80,10 +80,10 @@ def attach_lake(
     con.execute(f"USE {ident(config.alias)}")
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, config: WarehouseConfig) -> None:
+def lock_down(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig) -> None:
     """Reader hardening: files only under the data path, no new attachments or extensions,
     a memory limit, and a locked configuration so that a query cannot undo any of it."""
-    data_path = literal(str(config.data_path) + "/")
+    data_path = literal(str(config.lake_data_path) + "/")
     con.execute(f"SET allowed_directories = [{data_path}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

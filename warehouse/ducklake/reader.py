@@ -17,7 +17,7 @@ import duckdb
 import pyarrow as pa
 
 from warehouse.base import check_tag
-from warehouse.config import WarehouseConfig
+from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.connection import attach_lake, is_transient, lock_down, new_database
 from warehouse.ducklake.pinning import prepare_query
 from warehouse.ducklake.statements import ident
@@ -31,7 +31,7 @@ _TABLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 class LakeReader:
     """A pool-free reader: one DuckDB instance, one cursor per query (thread-safe)."""
 
-    def __init__(self, config: WarehouseConfig) -> None:
+    def __init__(self, config: DuckLakeConfig) -> None:
         self._config = config
         self._db: duckdb.DuckDBPyConnection | None = None
         self._names: frozenset[str] | None = None
