@@ -1,4 +1,5 @@
-"""Object-store access, the node-local cache and torch datasets that assemble samples.
+"""Manifest delivery to a node, object-store access, the node-local cache and torch datasets
+that assemble samples.
 
 ``import loader`` does not import torch; the datasets (and :class:`~loader.dataset.BatchStream`)
 live in :mod:`loader.dataset`.
@@ -6,14 +7,15 @@ See ``docs/loader.md``.
 """
 
 from .cache import Lease, NodeCache, ObjectRef
-from .config import CacheConfig, LoaderConfig, StoreConfig
-from .delivery import cached_manifest, fetch_manifest
+from .config import CacheConfig, LoaderConfig, ManifestConfig, StoreConfig
+from .delivery import deliver_manifest
 from .errors import (
     BadEpisodeError,
     CacheError,
     CacheFullError,
     ChecksumError,
     LoaderError,
+    ManifestDeliveryError,
     ObjectNotFoundError,
     ObjectStoreError,
     SamplerStateError,
@@ -35,6 +37,8 @@ __all__ = [
     "Lease",
     "LoaderConfig",
     "LoaderError",
+    "ManifestConfig",
+    "ManifestDeliveryError",
     "NodeCache",
     "ObjectNotFoundError",
     "ObjectRef",
@@ -43,8 +47,7 @@ __all__ = [
     "SamplerStateError",
     "StoreConfig",
     "WarmReport",
-    "cached_manifest",
-    "fetch_manifest",
+    "deliver_manifest",
     "manifest_refs",
     "warm_cache",
 ]

@@ -61,6 +61,29 @@ class CacheConfig(_Config):
     copy_block_bytes: int = Field(default=4 * MiB, gt=0)
 
 
+class ManifestConfig(_Config):
+    """Where a node's manifest comes from (see :func:`loader.delivery.deliver_manifest`).
+
+    :param id: manifest ID (hex SHA-256) to fetch from the service.
+    :param service_url: the Quarry service, e.g. ``http://127.0.0.1:8000``.
+    :param token_file: file holding the bearer token (read by local rank 0 only).
+    :param path: a local manifest file to run from instead of the service.
+    :param http_timeout_s: timeout of one HTTP read, seconds.
+    :param attempts: download attempts on retryable failures (5xx, connection errors).
+    :param wait_s: how long other local ranks wait for local rank 0's copy, seconds.
+    :param reverify: hash an already-present local copy again at every start.
+    """
+
+    id: str | None = None
+    service_url: str | None = None
+    token_file: Path | None = None
+    path: Path | None = None
+    http_timeout_s: float = Field(default=60.0, gt=0)
+    attempts: int = Field(default=3, ge=1)
+    wait_s: float = Field(default=600.0, gt=0)
+    reverify: bool = False
+
+
 BadEpisodePolicy = Literal["skip_and_count", "fail"]
 
 

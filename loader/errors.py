@@ -89,6 +89,27 @@ class CacheFullError(CacheError):
     retryable_default = False
 
 
+class ManifestDeliveryError(LoaderError):
+    """A manifest could not be made local on the node: no source is configured, the service
+    refused or could not be reached, the bytes do not hash to the ID, or local rank 0 did not
+    publish the copy in time. ``key`` is the manifest ID, ``uri`` the URL or file concerned.
+
+    :param status: the HTTP status the service answered, if it answered.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uri: str | None = None,
+        key: str | None = None,
+        status: int | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message, uri=uri, key=key, retryable=retryable)
+        self.status = status
+
+
 class BadEpisodeError(LoaderError):
     """An episode could not be read into a sample (corrupt container, missing topic, ...)."""
 

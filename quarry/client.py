@@ -1,4 +1,8 @@
-"""The CLI's HTTP client for a running service: URL and admin token from the state folder."""
+"""The CLI's access to a running service: URL and admin token from the state folder.
+
+JSON calls go through :class:`ServiceClient`; a manifest comes onto the node through the
+loader's one delivery path (:func:`node_manifest`), into the state folder's manifest folder.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,10 @@ from typing import Any
 
 import httpx
 
+from loader.config import ManifestConfig
+from loader.delivery import deliver_manifest
+from loader.errors import ManifestDeliveryError
+from manifests import is_manifest_id
 from quarry.errors import (
     AuthError,
     BadInputError,
@@ -46,12 +54,36 @@ class ServiceClient:
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
         return _checked(self._http.post(path, json=body)).json()
 
-    def download(self, path: str, target: Path) -> None:
-        with self._http.stream("GET", path) as response:
-            _checked(response)
-            with target.open("wb") as file:
-                for chunk in response.iter_bytes():
-                    file.write(chunk)
+
+def manifest_source(settings: Settings, manifest_id: str) -> ManifestConfig:
+    """Where manifest ``manifest_id`` comes from: this state folder's service (no URL when the
+    stack is down), as its local admin. ``quarry train`` hands the same source to the trainer."""
+    paths = settings.paths
+    url = paths.service_url.read_text().strip() if paths.service_url.exists() else None
+    return ManifestConfig(id=manifest_id, service_url=url, token_file=paths.admin_token)
+
+
+def node_manifest(settings: Settings, manifest_id: str) -> Path:
+    """The node's verified copy of manifest ``manifest_id``, ``<state>/manifests/<id>.arrow``,
+    downloaded from the service only when it is not there yet (a run of ``quarry train`` on
+    this state folder then finds it).
+
+    :raises QuarryError: the service's refusal by its status (404: :class:`NotFoundError`),
+        :class:`StackError` when the stack is down, else the delivery's message (exit 1).
+    """
+    source = manifest_source(settings, manifest_id)
+    try:
+        return deliver_manifest(source, settings.paths.manifests)
+    except ManifestDeliveryError as exc:
+        raise _delivery_error(exc, source) from exc
+
+
+def _delivery_error(exc: ManifestDeliveryError, source: ManifestConfig) -> QuarryError:
+    if exc.status is not None:
+        return _BY_STATUS.get(exc.status, QuarryError)(str(exc), status=exc.status)
+    if source.service_url is None and is_manifest_id(exc.key or ""):
+        return StackError(f"{exc.message}; is the stack up? run `quarry up`")
+    return QuarryError(str(exc))
 
 
 def _read(path: Path, what: str) -> str:

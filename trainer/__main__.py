@@ -25,7 +25,7 @@ import psutil
 import torch
 
 from episodes.errors import EpisodeError
-from loader.errors import LoaderError
+from loader.errors import LoaderError, ManifestDeliveryError
 from manifests import ManifestError
 
 from .config import TrainerConfig, load_config
@@ -94,6 +94,10 @@ def as_trainer_error(exc: Exception, world: World) -> TrainerError:
         if exc.rank is None:
             exc.rank = world.rank
         return exc
+    if isinstance(exc, ManifestDeliveryError):
+        return ManifestFetchError(
+            str(exc), rank=world.rank, manifest_id=exc.key, retryable=exc.retryable
+        )
     if isinstance(exc, ManifestError):
         return ManifestFetchError(str(exc), rank=world.rank, retryable=exc.retryable)
     if isinstance(exc, LoaderError | EpisodeError):

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from loader.config import LoaderConfig
+from loader.config import LoaderConfig, ManifestConfig
 from loader.layout import NodeLayout
 
 from .errors import ConfigError
@@ -26,29 +26,6 @@ DAY_S = 86_400.0
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class ManifestSection(_Section):
-    """Where the manifest comes from.
-
-    :param id: manifest ID (hex SHA-256) to fetch from the service.
-    :param service_url: the Quarry service, e.g. ``http://127.0.0.1:8000``.
-    :param token_file: file holding the bearer token (read by local rank 0 only).
-    :param path: a local manifest file to run from instead of the service.
-    :param http_timeout_s: timeout of one HTTP read, seconds.
-    :param attempts: download attempts on retryable failures (5xx, connection errors).
-    :param wait_s: how long other local ranks wait for local rank 0's copy, seconds.
-    :param reverify: hash an already-present local copy again at every start.
-    """
-
-    id: str | None = None
-    service_url: str | None = None
-    token_file: Path | None = None
-    path: Path | None = None
-    http_timeout_s: float = Field(default=60.0, gt=0)
-    attempts: int = Field(default=3, ge=1)
-    wait_s: float = Field(default=600.0, gt=0)
-    reverify: bool = False
 
 
 class DataSection(_Section):
@@ -229,7 +206,7 @@ class TrainerConfig(_Section):
     dist_timeout_s: float = Field(default=600.0, gt=0)
     log_every: int = Field(default=10, ge=1)
     record_samples: bool = False
-    manifest: ManifestSection = ManifestSection()
+    manifest: ManifestConfig = ManifestConfig()
     loader: LoaderConfig
     data: DataSection = DataSection()
     model: ModelSection = ModelSection()

@@ -104,7 +104,8 @@ class ConfigError(TrainerError):
 
 
 class ManifestFetchError(TrainerError):
-    """The manifest could not be fetched from the service or found locally."""
+    """The manifest could not be fetched from the service or found locally (the loader's
+    :class:`~loader.errors.ManifestDeliveryError`, given its exit code at the exit boundary)."""
 
     exit_code_default = ExitCode.MANIFEST
 

@@ -18,6 +18,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.flop_counter import FlopCounterMode
 
+from loader.delivery import deliver_manifest
+
 from .checkpoint import Checkpointer, CheckpointRef, CheckpointStore
 from .cluster import Cluster, join_cluster, pick_device
 from .config import TrainerConfig
@@ -25,7 +27,6 @@ from .data import DataFeed, open_feed
 from .errors import CheckpointError
 from .goodput import GoodputMeter, Ledger, Phase, Recovery, Timeline, resume_ledger
 from .loop import Run, restore, train
-from .manifest_fetch import resolve_manifest
 from .metrics import MetricsExporter
 from .policy import Batch, Policy, PolicyShape, batch_loss
 from .preflight import (
@@ -57,7 +58,9 @@ def run_worker(config: TrainerConfig, world: World, started_wall: float) -> dict
     timeline.mark("startup")
     records = RunRecords(config.runs_dir / config.run_name, world.rank, world.restart_count)
     report = PreflightReport()
-    manifest_path = resolve_manifest(config.manifest, config.manifests_dir, world)
+    manifest_path = deliver_manifest(
+        config.manifest, config.manifests_dir, leader=world.is_node_leader
+    )
     if config.preflight.enabled:
         report.run("manifest", lambda: check_manifest(manifest_path, world), world.rank)
     timeline.mark("manifest")

@@ -1,6 +1,7 @@
 """``quarry cache warm | status | evict``: the node-local cache under ``<state-dir>/cache``.
 
-``warm`` fetches a manifest by ID from the running service (once: it is kept in the cache)
+``warm`` brings a manifest onto the node by ID from the running service (into
+``<state-dir>/manifests``, once: ``quarry train`` on the same state folder then finds it there)
 and downloads its containers from the object store (local files under ``<state-dir>/objects``
 by default; ``s3://`` URIs use the default AWS credential chain). ``status`` and ``evict``
 work on the folder alone, with no service.
@@ -19,12 +20,12 @@ import click
 
 from loader.cache import NodeCache
 from loader.config import CacheConfig
-from loader.delivery import cached_manifest
 from loader.errors import LoaderError
 from loader.metrics import CacheStatus
 from loader.warm import manifest_refs, warm_cache
 from manifests.errors import ManifestError
-from quarry.client import ServiceClient
+from manifests.manifest import open_manifest
+from quarry.client import node_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.errors import QuarryError
 from quarry.settings import Settings
@@ -77,7 +78,7 @@ def open_cache(settings: Settings, capacity: int | None) -> NodeCache:
 
 @click.group()
 def cache() -> None:
-    """The node-local cache of episode containers and manifests."""
+    """The node-local cache of episode containers."""
 
 
 @cache.command()
@@ -97,17 +98,11 @@ def warm(
 ) -> None:
     """Download a manifest's containers into the cache; run again to resume."""
     settings = build_settings(state_dir)
+    manifest_path = node_manifest(settings, manifest_id)
     with _cache_errors():
         node_cache = open_cache(settings, capacity)
-        client = ServiceClient.for_state(settings)
-        manifest, lease = cached_manifest(
-            node_cache,
-            manifest_id,
-            lambda path: client.download(f"/v1/manifests/{manifest_id}/arrow", path),
-        )
-        with lease:
-            refs = manifest_refs(manifest)
-            report = warm_cache(node_cache, refs, threads=threads, progress=progress)
+        refs = manifest_refs(open_manifest(manifest_path))
+        report = warm_cache(node_cache, refs, threads=threads, progress=progress)
     payload = {"manifest_id": manifest_id, **asdict(report)}
     emit(payload, as_json, _describe_warm(payload))
     if report.failed:

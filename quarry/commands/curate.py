@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import click
 
 from manifests.diff import diff_manifests
 from manifests.manifest import open_manifest
-from quarry.client import ServiceClient
+from quarry.client import ServiceClient, node_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 
 
@@ -141,14 +140,9 @@ def show(state_dir: Path | None, as_json: bool, manifest_id: str) -> None:
 @click.argument("b")
 def diff(state_dir: Path | None, as_json: bool, a: str, b: str) -> None:
     """What changed from manifest A to manifest B: episodes and metadata."""
-    client = ServiceClient.for_state(build_settings(state_dir))
-    with tempfile.TemporaryDirectory() as folder:
-        paths = []
-        for manifest_id in (a, b):
-            path = Path(folder) / f"{manifest_id}.arrow"
-            client.download(f"/v1/manifests/{manifest_id}/arrow", path)
-            paths.append(path)
-        result = diff_manifests(open_manifest(paths[0]), open_manifest(paths[1]))
+    settings = build_settings(state_dir)
+    paths = [node_manifest(settings, manifest_id) for manifest_id in (a, b)]
+    result = diff_manifests(open_manifest(paths[0]), open_manifest(paths[1]))
     payload = result.to_dict()
     emit(payload, as_json, _describe_diff(payload))
 

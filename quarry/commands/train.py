@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from quarry.client import ServiceClient
+from quarry.client import manifest_source, node_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.settings import Settings
 from trainer.config import TrainerConfig, load_config
@@ -22,18 +22,14 @@ def trainer_config(
     values: dict[str, Any],
 ) -> TrainerConfig:
     """The trainer's settings: file, ``--set`` overrides, then flags; the manifest comes from
-    this state folder's service, authenticated with its local admin token."""
-    paths = settings.paths
-    service_url = (
-        settings.paths.service_url.read_text().strip()
-        if settings.paths.service_url.exists()
-        else None
-    )
+    this state folder's service, authenticated with its local admin token (the source
+    ``quarry cache warm`` uses, into the same ``<state>/manifests``)."""
+    source = manifest_source(settings, manifest_id)
     base = {
-        "state_dir": str(paths.root),
-        "manifest.id": manifest_id,
-        "manifest.service_url": service_url,
-        "manifest.token_file": str(paths.admin_token),
+        "state_dir": str(settings.paths.root),
+        "manifest.id": source.id,
+        "manifest.service_url": source.service_url,
+        "manifest.token_file": str(source.token_file),
     }
     return load_config(config_file, overrides, {**base, **values})
 
@@ -106,8 +102,9 @@ def train(
         "run_name": run_name,
     }
     settings = build_settings(state_dir)
-    # Ask the service first: an unknown ID is a clear error here, not a torchrun restart loop.
-    ServiceClient.for_state(settings).get_json(f"/v1/manifests/{manifest_id}")
+    # The manifest onto the node first (the trainer's ranks then find it there, verified): an
+    # unknown ID is a clear error here, not a torchrun restart loop.
+    node_manifest(settings, manifest_id)
     config = trainer_config(settings, manifest_id, config_file, overrides, values)
     if config.run_name is None and config.launch.nnodes != "1":
         raise click.UsageError(

@@ -1,4 +1,5 @@
-"""Fixtures for the loader tests: moto's S3 server on loopback, objects, manifests, caches."""
+"""Fixtures for the loader tests: moto's S3 server on loopback, objects, manifests, caches,
+and a server of the service's manifest download contract."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from moto.server import ThreadedMotoServer
 from loader.cache import ObjectRef
 from loader.config import CacheConfig, StoreConfig
 from loader.store import ObjectStore
+from tests.fixtures.manifest_server import ManifestServer, serve_manifests
 
 BUCKET = "quarry-test"
 
@@ -199,3 +201,28 @@ def _row(episode_id: str, path: Path, start_ns: int, end_ns: int, spec) -> dict[
         "size_bytes": len(data),
         "sha256": sha(data),
     }
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A manifest to bring onto a node: the good manifest of :func:`episode_set`."""
+
+    manifest_path: Path
+    manifest_id: str
+    num_samples: int
+
+
+@pytest.fixture(scope="session")
+def corpus(episode_set: EpisodeSet) -> Corpus:
+    """The episode set's good manifest, by path, ID and sample count."""
+    from manifests import open_manifest
+
+    manifest = open_manifest(episode_set.good)
+    return Corpus(episode_set.good, manifest.verify(), manifest.num_samples)
+
+
+@pytest.fixture
+def manifest_server(corpus: Corpus) -> Iterator[ManifestServer]:
+    """The service's manifest download contract, serving the corpus manifest."""
+    with serve_manifests({corpus.manifest_id: corpus.manifest_path.read_bytes()}) as server:
+        yield server

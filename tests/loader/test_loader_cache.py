@@ -10,7 +10,6 @@ import pytest
 
 from loader.cache import NodeCache, ObjectRef
 from loader.config import CacheConfig
-from loader.delivery import cached_manifest, fetch_manifest
 from loader.errors import CacheError, ChecksumError, LoaderError
 
 KiB = 1024
@@ -168,35 +167,3 @@ def test_s3_miss_falls_back_to_the_store(s3_config, cache_config, objects, tmp_p
     cache = NodeCache(cache_config(), store)
     ref = ObjectRef(uri=uri, sha256=objects.sha(objects.payload(50 * KiB)), size=50 * KiB)
     assert cache.fetch(ref).read_bytes() == objects.payload(50 * KiB)
-
-
-def test_manifest_with_wrong_bytes_is_refused(episode_set, cache_config, tmp_path: Path) -> None:
-    manifest_id = episode_set.good.name.removesuffix(".arrow")
-    forged = tmp_path / "forged.arrow"
-    forged.write_bytes(episode_set.with_bad.read_bytes())  # a real manifest, but another one
-    cache = NodeCache(cache_config())
-    with pytest.raises(ChecksumError) as caught:
-        fetch_manifest(cache, forged.as_uri(), manifest_id)
-    assert caught.value.key == manifest_id
-    assert cache.status().objects == 0 and disk_bytes(cache) == 0
-
-
-def test_cached_manifest_downloads_once(episode_set, cache_config) -> None:
-    manifest_id = episode_set.good.name.removesuffix(".arrow")
-    cache = NodeCache(cache_config(capacity_bytes=10**6))
-    downloads: list[Path] = []
-
-    def download(path: Path) -> None:
-        downloads.append(path)
-        path.write_bytes(episode_set.good.read_bytes())
-
-    manifest, lease = cached_manifest(cache, manifest_id, download)
-    with lease:
-        assert lease.outcome == "fill" and manifest.verify() == manifest_id
-    manifest, lease = cached_manifest(cache, manifest_id, download)
-    with lease:
-        assert lease.outcome == "hit" and manifest.num_samples > 0
-    assert len(downloads) == 1 and not downloads[0].exists()  # the temp file is gone
-    assert cache.recorded_capacity() == 10**6
-    with pytest.raises(LoaderError, match="not a manifest ID"):
-        cached_manifest(cache, "../etc", download)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from loader.cache import Lease, NodeCache, ObjectRef
 from loader.config import CacheConfig, StoreConfig
-from loader.errors import CacheFullError, LoaderError
+from loader.errors import CacheFullError
 from loader.store import ObjectStore
 from loader.warm import warm_cache
 
@@ -186,41 +186,6 @@ def test_cache_never_exceeds_capacity(tmp_path_factory, sizes, capacity, ops) ->
     for lease in held:
         lease.release()
     assert cache.status().pinned == 0
-
-
-def _open_manifest(config: CacheConfig, uri: str, manifest_id: str, barrier, results) -> None:
-    from loader.delivery import fetch_manifest
-
-    barrier.wait()
-    cache = NodeCache(config)
-    manifest, lease = fetch_manifest(cache, uri, manifest_id)
-    results.put((manifest.num_samples, str(lease.path), cache.metrics.fills))
-    lease.release()
-
-
-def test_manifest_is_downloaded_once_per_node(episode_set, cache_config) -> None:
-    from loader.delivery import fetch_manifest
-
-    config = cache_config()
-    manifest_id = episode_set.good.name.removesuffix(".arrow")
-    uri = episode_set.good.as_uri()
-    barrier, results = FORK.Barrier(3), FORK.Queue()
-    ranks = [
-        FORK.Process(target=_open_manifest, args=(config, uri, manifest_id, barrier, results))
-        for _ in range(3)
-    ]
-    for rank in ranks:
-        rank.start()
-    reports = [results.get(timeout=60) for _ in ranks]
-    for rank in ranks:
-        rank.join(timeout=30)
-    assert len({path for _, path, _ in reports}) == 1
-    assert sum(fills for _, _, fills in reports) == 1
-    manifest, lease = fetch_manifest(NodeCache(config), uri, manifest_id)
-    assert manifest.num_samples == reports[0][0] and lease.outcome == "hit"
-    lease.release()
-    with pytest.raises(LoaderError):
-        fetch_manifest(NodeCache(config), uri, "../etc")
 
 
 def _warm(config: CacheConfig, refs: list[ObjectRef], barrier, results) -> None:

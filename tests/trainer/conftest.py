@@ -8,8 +8,6 @@ short so the suite stays quick on two cores.
 from __future__ import annotations
 
 import hashlib
-import http.server
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +22,7 @@ from episodes.spec import SampleSpec
 from episodes.synth import FleetConfig, synth_episode
 from episodes.writer import WriteOptions
 from manifests import ManifestMeta, build_manifest
+from tests.fixtures.manifest_server import ManifestServer, serve_manifests
 
 FLEET = FleetConfig(
     width=64,
@@ -108,64 +107,11 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Corpus:
     return make_corpus(tmp_path_factory.mktemp("corpus"), episodes=8)
 
 
-@dataclass
-class ManifestServer:
-    """A loopback HTTP server speaking the service's manifest download contract.
-
-    ``GET /v1/manifests/{id}/arrow`` with ``Authorization: Bearer <token>``; ETag is the ID.
-    ``requests`` counts downloads served; ``corrupt`` flips a byte of every body sent.
-    """
-
-    url: str
-    token: str
-    files: dict[str, bytes]
-    requests: int = 0
-    corrupt: bool = False
-    etag: str | None = None
-
-
 @pytest.fixture
 def manifest_server(corpus: Corpus) -> Iterator[ManifestServer]:
     """The contract server, serving the corpus manifest, on a free loopback port."""
-    state = ManifestServer(
-        url="", token="secret-token", files={corpus.manifest_id: corpus.manifest_path.read_bytes()}
-    )
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            parts = self.path.strip("/").split("/")
-            if self.headers.get("Authorization") != f"Bearer {state.token}":
-                self._send(401, b'{"title": "Unauthorized"}', "application/problem+json")
-                return
-            body = state.files.get(parts[2]) if len(parts) == 4 else None
-            if parts[:2] != ["v1", "manifests"] or parts[-1] != "arrow" or body is None:
-                self._send(404, b'{"title": "Manifest not found"}', "application/problem+json")
-                return
-            state.requests += 1
-            if state.corrupt:
-                body = body[:100] + bytes([body[100] ^ 0xFF]) + body[101:]
-            self._send(200, body, "application/vnd.apache.arrow.file", state.etag or parts[2])
-
-        def _send(self, status: int, body: bytes, kind: str, etag: str | None = None) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            if etag:
-                self.send_header("ETag", f'"{etag}"')
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    with serve_manifests({corpus.manifest_id: corpus.manifest_path.read_bytes()}) as server:
+        yield server
 
 
 def sha256(data: bytes) -> str:
