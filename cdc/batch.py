@@ -47,7 +47,8 @@ class PendingBatch:
             if rows is None:
                 rows = tables[change.layout.table] = TextRows(change.layout.table)
             if change.op is Op.UPDATE:
-                rows.upsert(change.layout, change.values, (lsn, seq), change.unchanged)
+                version = (lsn, seq)
+                rows.update(change.layout, change.old, change.values, version, change.unchanged)
             elif change.op is Op.DELETE:
                 rows.delete(change.layout, change.values, (lsn, seq))
             else:

@@ -6,8 +6,9 @@ Values stay ``bytes`` from the wire until Arrow turns whole columns into strings
 costs a few dictionary operations in Python and no per-value conversion.
 
 Folding follows :mod:`warehouse.staging`: a key's newest change in the batch wins; deletes
-become tombstones (key columns only); unchanged TOAST columns, and columns a change's layout
-lacks, are listed in ``_keep`` so the stored value survives.
+become tombstones (key columns only); an update that changed the key also tombstones the old
+key; unchanged TOAST columns, and columns a change's layout lacks, are listed in ``_keep`` so
+the stored value survives.
 """
 
 from __future__ import annotations
@@ -76,6 +77,45 @@ class TextRows:
     ) -> None:
         """Stage an insert or update; ``unchanged`` are positions of TOAST values not sent."""
         self.changes += 1
+        self._put(layout, values, version, unchanged)
+
+    def update(
+        self,
+        layout: Layout,
+        old: tuple[TextValue, ...] | None,
+        values: tuple[TextValue, ...],
+        version: tuple[int, int],
+        unchanged: Sequence[int] = (),
+    ) -> None:
+        """Stage an update (or an insert, without ``old``). When ``old`` (the old row, or at
+        least its key columns) holds another key than ``values``, the row moved: the old key
+        gets a tombstone at the same version."""
+        self.changes += 1
+        if old is not None and _key(layout, old) != _key(layout, values):
+            self._tombstone(layout, old, version)
+        self._put(layout, values, version, unchanged)
+
+    def delete(
+        self, layout: Layout, values: tuple[TextValue, ...], version: tuple[int, int]
+    ) -> None:
+        """Stage a tombstone for the key held in ``values`` (other columns are ignored)."""
+        self.changes += 1
+        self._tombstone(layout, values, version)
+
+    def truncate(self, version: tuple[int, int]) -> None:
+        """Drop what is staged from before the truncate (in stream order: everything)."""
+        self.changes += 1
+        if self.truncated_at is None or version > self.truncated_at:
+            self.rows = {k: r for k, r in self.rows.items() if r.version > version}
+            self.truncated_at = version
+
+    def _put(
+        self,
+        layout: Layout,
+        values: tuple[TextValue, ...],
+        version: tuple[int, int],
+        unchanged: Sequence[int],
+    ) -> None:
         key = _key(layout, values)
         current = self.rows.get(key)
         if (current is not None and current.version > version) or self._truncated(version):
@@ -85,24 +125,15 @@ class TextRows:
             values, keep = _fill_unchanged(layout, values, unchanged, current)
         self.rows[key] = _Row(version, False, layout, values, keep)
 
-    def delete(
+    def _tombstone(
         self, layout: Layout, values: tuple[TextValue, ...], version: tuple[int, int]
     ) -> None:
-        """Stage a tombstone for the key held in ``values`` (other columns are ignored)."""
-        self.changes += 1
         key = _key(layout, values)
         current = self.rows.get(key)
         if (current is not None and current.version > version) or self._truncated(version):
             return
         kept = tuple(values[i] if i in layout.key else None for i in range(len(values)))
         self.rows[key] = _Row(version, True, layout, kept)
-
-    def truncate(self, version: tuple[int, int]) -> None:
-        """Drop what is staged from before the truncate (in stream order: everything)."""
-        self.changes += 1
-        if self.truncated_at is None or version > self.truncated_at:
-            self.rows = {k: r for k, r in self.rows.items() if r.version > version}
-            self.truncated_at = version
 
     def _truncated(self, version: tuple[int, int]) -> bool:
         return self.truncated_at is not None and version < self.truncated_at

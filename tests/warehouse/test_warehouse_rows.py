@@ -51,3 +51,22 @@ def test_the_newest_change_per_key_wins(sequence: list[tuple[str, bytes, bytes, 
         assert row["value"] == (value.decode() if value is not None else None)
         assert (row["_keep"] or []) == (["blob"] if keep else [])
         assert row["blob"] == (blob.decode() if blob is not None else None)
+
+
+def test_an_update_that_changes_the_key_tombstones_the_old_key() -> None:
+    rows = TextRows("t")
+    rows.upsert(LAYOUT, (b"a", b"1", b"x"), (100, 1))
+    rows.update(LAYOUT, (b"a", None, None), (b"b", b"2", b"x"), (100, 2))
+    rows.update(LAYOUT, (b"b", b"2", b"x"), (b"b", b"3", b"x"), (100, 3))  # same key
+    table = rows.to_arrow(["id", "value", "blob"]).to_pylist()
+    got = {r["id"]: (r["value"], r["_deleted"], r["_seq"]) for r in table}
+    assert got == {"a": (None, True, 2), "b": ("3", False, 3)}
+    assert rows.changes == 3
+
+
+def test_a_key_change_never_tombstones_a_newer_staged_row() -> None:
+    rows = TextRows("t")
+    rows.upsert(LAYOUT, (b"a", b"new", b"x"), (200, 1))
+    rows.update(LAYOUT, (b"a", None, None), (b"b", b"old", b"x"), (100, 1))
+    table = rows.to_arrow(["id", "value", "blob"]).to_pylist()
+    assert {r["id"]: r["_deleted"] for r in table} == {"a": False, "b": False}
