@@ -71,4 +71,4 @@ class PendingBatch:
             tx_id=last.xid,
             commit_ts_ms=last.commit_ts_ms,
         )
-        return ChangeBatch((), position, tables=tuple(self.tables.values()))
+        return ChangeBatch(tuple(self.tables.values()), position)

@@ -352,9 +352,8 @@ def test_a_failed_batch_leaves_nothing_behind(case: Case) -> None:
     good, bad = episode_row(), episode_row()
     layout = Layout.of("episodes", columns, ["id"])
     rows.upsert(layout, (bad["id"].encode(), b"r1", b"not a number"), (200, 2))
-    broken = ChangeBatch(
-        [event(Op.CREATE, "robots", 200, after=robot("r7"))], batch(lsn=200).position, tables=[rows]
-    )
+    robots = batch(event(Op.CREATE, "robots", 200, after=robot("r7")))
+    broken = ChangeBatch([*robots.tables, rows], batch(lsn=200).position)
     before = case.warehouse.current_snapshot()
     with pytest.raises(WarehouseError):
         case.warehouse.apply(broken)
