@@ -47,7 +47,8 @@ class PendingBatch:
             if rows is None:
                 rows = tables[change.layout.table] = TextRows(change.layout.table)
             if change.op is Op.UPDATE:
-                rows.upsert(change.layout, change.values, (lsn, seq), change.unchanged)
+                version = (lsn, seq)
+                rows.update(change.layout, change.old, change.values, version, change.unchanged)
             elif change.op is Op.DELETE:
                 rows.delete(change.layout, change.values, (lsn, seq))
             else:
@@ -70,4 +71,4 @@ class PendingBatch:
             tx_id=last.xid,
             commit_ts_ms=last.commit_ts_ms,
         )
-        return ChangeBatch((), position, tables=tuple(self.tables.values()))
+        return ChangeBatch(tuple(self.tables.values()), position)

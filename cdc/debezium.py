@@ -7,6 +7,10 @@ a JSON object or an array; each item with or without the ``{"schema", "payload"}
 and the delete itself already removed the row, so it is counted and skipped; ``op: "m"``
 (logical messages) is skipped too.
 
+Each event becomes a change of its table's :class:`warehouse.rows.TextRows`, the staged rows
+the pgoutput follower fills: values decoded for the column's type, then rendered in the Postgres
+text form the follower stages (:func:`warehouse.rows.text_value`), and Debezium's unavailable
+placeholder (or a column the event lacks) an unchanged column the warehouse keeps (``_keep``).
 A change's version is ``(source.lsn, 0)``: the WAL position of the change, which increases
 along a row's history (a row's next change waits for the lock its last one held until
 commit), so re-delivered or reordered events converge under the warehouse's LSN guard. The
@@ -24,8 +28,9 @@ from typing import Any
 from cdc.debezium_types import UNAVAILABLE, EncodingError, decode_value
 from cdc.errors import EventError, SourceConflictError
 from cdc.source import warehouse_table
-from warehouse.base import Warehouse
-from warehouse.changes import ChangeBatch, ChangeEvent, Op, Position, Source, format_lsn
+from warehouse.base import MirrorTable, Warehouse
+from warehouse.changes import ChangeBatch, Op, Position, format_lsn
+from warehouse.rows import Layout, TextRows, TextValue, text_value
 
 SLOT_PREFIX = "debezium:"
 _OPS = {"c": Op.CREATE, "r": Op.READ, "u": Op.UPDATE, "d": Op.DELETE, "t": Op.TRUNCATE}
@@ -46,9 +51,37 @@ class DebeziumResult:
     position_lsn: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a change came from (the event's ``source`` block).
+
+    :param table: the warehouse table.
+    :param lsn: WAL position of the change, an integer byte position.
+    :param ts_ms: commit time, integer milliseconds since the Unix epoch.
+    :param tx_id: Postgres transaction ID, if sent.
+    """
+
+    table: str
+    lsn: int
+    ts_ms: int
+    tx_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    """One validated event, its values in staged text form; ``unchanged`` names the columns
+    of ``after`` that Debezium sent as its unavailable placeholder."""
+
+    op: Op
+    source: Source
+    before: dict[str, TextValue] | None
+    after: dict[str, TextValue] | None
+    unchanged: frozenset[str]
+
+
 @dataclass(frozen=True)
 class _Parsed:
-    events: list[ChangeEvent]
+    events: list[_Event]
     tombstones: int
     skipped: int
     source_name: str | None
@@ -60,14 +93,17 @@ def apply_debezium(warehouse: Warehouse, body: Any) -> DebeziumResult:
     :raises EventError: a malformed event (nothing applied).
     :raises SourceConflictError: the warehouse follows another source.
     """
-    columns = {name: dict(spec.columns) for name, spec in warehouse.describe_tables().items()}
-    keys = warehouse.mirrored_tables()
+    tables = warehouse.describe_tables()
+    columns = {name: dict(table.columns) for name, table in tables.items()}
+    keys = {name: table.key for name, table in tables.items()}
     parsed = parse_events(body, columns, keys)
     if not parsed.events:
         return DebeziumResult(0, parsed.tombstones, parsed.skipped, None, None)
+    staged = _stage_events(parsed.events, tables)
+    sources = [event.source for event in parsed.events]
     with _apply_lock:  # read the position, then commit past it: one request at a time
-        position = next_position(warehouse.position(), parsed.events, parsed.source_name)
-        snapshot_id = warehouse.apply(ChangeBatch(parsed.events, position))
+        position = next_position(warehouse.position(), sources, parsed.source_name)
+        snapshot_id = warehouse.apply(ChangeBatch(staged, position))
     return DebeziumResult(
         len(parsed.events),
         parsed.tombstones,
@@ -80,7 +116,7 @@ def apply_debezium(warehouse: Warehouse, body: Any) -> DebeziumResult:
 def parse_events(body: Any, columns: Columns, keys: Mapping[str, Sequence[str]]) -> _Parsed:
     """The change events of a request body, in order, all validated."""
     items = body if isinstance(body, list) else [body]
-    events: list[ChangeEvent] = []
+    events: list[_Event] = []
     tombstones = skipped = 0
     names: set[str] = set()
     for index, item in enumerate(items):
@@ -127,7 +163,7 @@ def _event(
     index: int,
     columns: Columns,
     keys: Mapping[str, Sequence[str]],
-) -> tuple[ChangeEvent, str]:
+) -> tuple[_Event, str]:
     op = _OPS.get(str(payload.get("op")))
     if op is None:
         raise EventError(
@@ -141,10 +177,9 @@ def _event(
     before = _row(payload, "before", index, table, fields.get("before", {}))
     after = _row(payload, "after", index, table, fields.get("after", {}))
     unchanged = frozenset(n for n, v in (after or {}).items() if v is _UNCHANGED)
-    if after is not None:
-        after = {n: (None if v is _UNCHANGED else v) for n, v in after.items()}
-    _require_rows(op, before, after, keys[source.table], index)
-    return ChangeEvent(op, source, before=before, after=after, unchanged=unchanged), name
+    plain_after = _plain(after)
+    _require_rows(op, before, plain_after, keys[source.table], index)
+    return _Event(op, source, _plain(before), plain_after, unchanged), name
 
 
 def _source(raw: Any, index: int, columns: Columns) -> tuple[Source, str]:
@@ -170,9 +205,8 @@ def _source(raw: Any, index: int, columns: Columns) -> tuple[Source, str]:
             )
     if tx_id is not None and (isinstance(tx_id, bool) or not isinstance(tx_id, int)):
         raise EventError("source.txId must be an integer", index=index, field="source.txId")
-    snapshot = str(raw.get("snapshot", "false")).lower() not in ("false", "none")
     connector = raw.get("name")
-    source = Source(name, lsn, 0, ts_ms, tx_id, schema, snapshot)  # type: ignore[arg-type]
+    source = Source(name, lsn, ts_ms, tx_id)  # type: ignore[arg-type]
     return source, connector if isinstance(connector, str) else ""
 
 
@@ -189,13 +223,13 @@ def _row(
     index: int,
     table: Mapping[str, str],
     fields: Mapping[str, Mapping[str, Any]],
-) -> dict[str, Any] | None:
+) -> dict[str, TextValue | _Unchanged] | None:
     raw = payload.get(part)
     if raw is None:
         return None
     if not isinstance(raw, dict):
         raise EventError(f"{part} must be an object or null", index=index, field=part)
-    row: dict[str, Any] = {}
+    row: dict[str, TextValue | _Unchanged] = {}
     for column, value in raw.items():
         duck_type = table.get(column)
         if duck_type is None:
@@ -208,7 +242,7 @@ def _row(
             row[column] = _UNCHANGED
             continue
         try:
-            row[column] = decode_value(duck_type, value, fields.get(column))
+            row[column] = text_value(decode_value(duck_type, value, fields.get(column)))
         except EncodingError as error:
             raise EventError(
                 f"{part}.{column}: {error}", index=index, field=f"{part}.{column}"
@@ -216,10 +250,17 @@ def _row(
     return row
 
 
+def _plain(row: Mapping[str, TextValue | _Unchanged] | None) -> dict[str, TextValue] | None:
+    """The row with Debezium's unavailable placeholders as nulls."""
+    if row is None:
+        return None
+    return {n: (None if isinstance(v, _Unchanged) else v) for n, v in row.items()}
+
+
 def _require_rows(
     op: Op,
-    before: dict[str, Any] | None,
-    after: dict[str, Any] | None,
+    before: Mapping[str, object] | None,
+    after: Mapping[str, object] | None,
     key: Sequence[str],
     index: int,
 ) -> None:
@@ -250,10 +291,10 @@ def _field_schemas(schema: dict[str, Any] | None) -> dict[str, dict[str, Mapping
 
 
 def next_position(
-    current: Position | None, events: Sequence[ChangeEvent], connector: str | None
+    current: Position | None, sources: Sequence[Source], connector: str | None
 ) -> Position:
-    """The position after ``events``: the highest LSN seen so far (deliveries may repeat
-    or reorder; the position never goes back)."""
+    """The position after changes from ``sources``: the highest LSN seen so far (deliveries
+    may repeat or reorder; the position never goes back)."""
     slot = SLOT_PREFIX + (connector or "")
     if current is not None and current.slot != slot:
         raise SourceConflictError(
@@ -261,8 +302,8 @@ def next_position(
             f"{connector or '(unnamed)'!r}: one warehouse mirrors one source",
             slot=current.slot,
         )
-    last = max(events, key=lambda e: e.source.lsn).source
-    lowest = min(e.source.lsn for e in events)
+    last = max(sources, key=lambda s: s.lsn)
+    lowest = min(s.lsn for s in sources)
     if current is not None and current.lsn >= last.lsn:
         return current
     return Position(
@@ -273,3 +314,40 @@ def next_position(
         tx_id=last.tx_id,
         commit_ts_ms=last.ts_ms,
     )
+
+
+def _stage_events(events: Sequence[_Event], tables: Mapping[str, MirrorTable]) -> list[TextRows]:
+    """The events, in request order, staged per table over the table's warehouse columns,
+    each versioned ``(source.lsn, 0)``."""
+    layouts: dict[str, Layout] = {}
+    staged: dict[str, TextRows] = {}
+    for event in events:
+        name = event.source.table
+        layout = layouts.get(name)
+        if layout is None:
+            table = tables[name]
+            layout = layouts[name] = Layout.of(name, table.column_names, table.key)
+        rows = staged.setdefault(name, TextRows(name))
+        _stage_event(rows, layout, event)
+    return list(staged.values())
+
+
+def _stage_event(rows: TextRows, layout: Layout, event: _Event) -> None:
+    version = (event.source.lsn, 0)
+    if event.op is Op.TRUNCATE:
+        rows.truncate(version)
+    elif event.op is Op.DELETE:
+        rows.delete(layout, _values(layout, event.before or {}), version)
+    else:
+        after = event.after or {}
+        # A column the event lacks, or sent as the placeholder, keeps its stored value.
+        unchanged = [
+            i for i, c in enumerate(layout.columns) if c not in after or c in event.unchanged
+        ]
+        old = event.before if event.op is Op.UPDATE else None
+        old_values = None if old is None else _values(layout, old)
+        rows.update(layout, old_values, _values(layout, after), version, unchanged)
+
+
+def _values(layout: Layout, row: Mapping[str, TextValue]) -> tuple[TextValue, ...]:
+    return tuple(row.get(name) for name in layout.columns)

@@ -36,14 +36,16 @@ LayoutResolver = Callable[[Relation], Layout]
 
 @dataclass(frozen=True, slots=True)
 class RowChange:
-    """One change: ``UPDATE`` stands for insert or update (an upsert), ``DELETE`` carries the
-    old key in ``values``, ``TRUNCATE`` no values. ``unchanged``: positions of unchanged TOAST
-    values (not sent; the stored value is kept)."""
+    """One change: ``UPDATE`` stands for insert or update (an upsert), with the ``old`` key
+    or row when Postgres sent it (:meth:`warehouse.rows.TextRows.update` retires the old key
+    when it changed); ``DELETE`` carries the old key in ``values``, ``TRUNCATE`` no values.
+    ``unchanged``: positions of unchanged TOAST values (not sent; the stored value is kept)."""
 
     op: Op
     layout: Layout
     values: tuple[TextValue, ...] = ()
     unchanged: tuple[int, ...] = ()
+    old: tuple[TextValue, ...] | None = None
 
 
 @dataclass
@@ -159,12 +161,8 @@ class TransactionAssembler:
         elif isinstance(message, Update):
             plan = self._plan(message.relation_oid)
             values, unchanged = plan.text(message.new)
-            if message.old is not None:
-                old, _ = plan.text(message.old)
-                key = plan.layout.key
-                if any(old[i] != values[i] for i in key):  # the key changed: retire the old
-                    changes.append(RowChange(Op.DELETE, plan.layout, old))
-            changes.append(RowChange(Op.UPDATE, plan.layout, values, unchanged))
+            old = None if message.old is None else plan.text(message.old)[0]
+            changes.append(RowChange(Op.UPDATE, plan.layout, values, unchanged, old))
         elif isinstance(message, Delete):
             plan = self._plan(message.relation_oid)
             old, _ = plan.text(message.old)

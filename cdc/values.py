@@ -7,13 +7,13 @@ has exactly one text form to parse. Types without a converter here stay text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from cdc.errors import DecodeError
+from warehouse.rows import json_text
 
 #: libpq ``options`` that pin every setting a text value's form depends on.
 SESSION_OPTIONS = (
@@ -228,7 +228,7 @@ def warehouse_text(type_oid: int) -> TextFixup | None:
     element = ARRAY_ELEMENTS.get(type_oid)
     if element is not None:
         parse = converter(type_oid)
-        return lambda raw: json.dumps(parse(raw.decode()), default=_json_default).encode()
+        return lambda raw: json_text(parse(raw.decode()))
     if type_oid == _BYTEA:
         return _strip_hex_prefix
     return None
@@ -241,11 +241,3 @@ def _strip_hex_prefix(raw: bytes) -> bytes:
     if not raw.startswith(b"\\x"):
         raise DecodeError("bytea not in hex output format", type_oid=_BYTEA)
     return raw[2:]
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)

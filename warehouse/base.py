@@ -89,9 +89,10 @@ class Warehouse(ABC):
 
     @abstractmethod
     def apply(self, batch: ChangeBatch) -> int:
-        """Apply whole transactions' events and the position they reach in one commit.
+        """Apply whole transactions' staged rows (:class:`warehouse.rows.TextRows`, one per
+        table) and the position they reach in one commit.
 
-        A row changes only when the event's ``(lsn, seq)`` is newer than the stored row's, so
+        A row changes only when the staged ``(lsn, seq)`` is newer than the stored row's, so
         replaying a batch changes nothing. Returns the new snapshot ID.
         """
 

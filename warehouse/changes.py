@@ -1,114 +1,31 @@
-"""What the warehouse is asked to apply: change events, the CDC position, snapshot chunks.
+"""What the warehouse is asked to apply: change batches, the CDC position, snapshot chunks.
 
-Events follow Debezium's envelope (``op``, ``before``, ``after``, ``source``) so that the built-in
-follower and Debezium's own output go through one apply path. Every row change carries its
-*version*, ``(source.lsn, source.seq)``: the commit LSN of the transaction that made it and the
-change's ordinal inside that transaction. A stored row is replaced only by a newer version, so
-replayed or re-delivered events converge.
+Every row change carries its *version* ``(lsn, seq)``: the commit LSN of the transaction that
+made it and the change's ordinal inside that transaction (the follower), or the change's own
+LSN and 0 (Debezium). A stored row is replaced only by a newer version, so replayed or
+re-delivered changes converge.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from warehouse.rows import TextRows
+from warehouse.rows import TextRows
 
 
 class Op(StrEnum):
-    """Debezium operation codes."""
+    """Kinds of row change, with Debezium's operation codes."""
 
     CREATE = "c"
     UPDATE = "u"
     DELETE = "d"
     READ = "r"  # a row of the initial snapshot
     TRUNCATE = "t"
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    """Where a change came from (Debezium's ``source`` block).
-
-    :param lsn: commit LSN of the transaction, as an integer byte position in the WAL.
-    :param seq: ordinal of the change inside its transaction, from 1; 0 for snapshot rows.
-    :param tx_id: Postgres transaction ID, if known.
-    :param ts_ms: commit time, integer milliseconds since the Unix epoch.
-    """
-
-    table: str
-    lsn: int
-    seq: int
-    ts_ms: int
-    tx_id: int | None = None
-    schema: str = "public"
-    snapshot: bool = False
-
-    @property
-    def version(self) -> tuple[int, int]:
-        return (self.lsn, self.seq)
-
-
-@dataclass(frozen=True, slots=True)
-class ChangeEvent:
-    """One row change in Debezium's envelope.
-
-    ``before`` holds at least the key columns for ``d`` (and for ``u`` when the key changed);
-    ``after`` the new row for ``c``, ``u`` and ``r``. ``unchanged`` names the columns of ``after``
-    that Postgres did not send (unchanged TOASTed values): the stored value is kept.
-    """
-
-    op: Op
-    source: Source
-    before: Mapping[str, Any] | None = None
-    after: Mapping[str, Any] | None = None
-    unchanged: frozenset[str] = frozenset()
-
-    def to_debezium(self) -> dict[str, Any]:
-        """The event as Debezium's JSON value payload (values made JSON-safe)."""
-        src = self.source
-        return {
-            "op": self.op.value,
-            "before": _json_row(self.before),
-            "after": _json_row(self.after),
-            "source": {
-                "connector": "postgresql",
-                "name": "quarry",
-                "db": "",
-                "schema": src.schema,
-                "table": src.table,
-                "lsn": src.lsn,
-                "sequence": json.dumps([str(src.lsn), str(src.seq)]),
-                "txId": src.tx_id,
-                "ts_ms": src.ts_ms,
-                "snapshot": "true" if src.snapshot else "false",
-            },
-            "ts_ms": src.ts_ms,
-        }
-
-
-def _json_row(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if row is None:
-        return None
-    return {name: _json_value(value) for name, value in row.items()}
-
-
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, list):
-        return [_json_value(v) for v in value]
-    if isinstance(value, bool | int | float | str) or value is None:
-        return value
-    if isinstance(value, bytes):
-        return value.hex()
-    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,23 +89,14 @@ def parse_lsn(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ChangeBatch:
-    """Whole transactions' changes, in commit order, and the position they reach.
-
-    Changes come as Debezium-envelope ``events`` (typed values: the Debezium endpoint, tests)
-    and/or as ``tables`` of text rows already folded per key (the follower's fast path); one
-    table's changes use one of the two. No changes with a position is a heartbeat: it only
-    moves the position.
+    """Whole transactions' changes, folded per table into text rows, and the position they
+    reach. The follower (:mod:`cdc.batch`) and the Debezium endpoint (:mod:`cdc.debezium`)
+    both stage into :class:`warehouse.rows.TextRows`, one per table. No tables with a position
+    is a heartbeat: it only moves the position.
     """
 
-    events: Sequence[ChangeEvent]
+    tables: Sequence[TextRows]
     position: Position
-    commit_ts: datetime | None = None  # Postgres commit time of the last transaction
-    tables: Sequence[TextRows] = ()
-
-    @property
-    def first_commit_ts(self) -> datetime | None:
-        stamps = [e.source.ts_ms for e in self.events]
-        return datetime.fromtimestamp(min(stamps) / 1000, UTC) if stamps else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,26 +1,35 @@
 """Row changes of one table in Postgres text form, folded to one staged row per key.
 
-This is the follower's fast path: pgoutput sends every value as text, and the warehouse casts
-text the same way for the initial snapshot (``COPY ... CSV``) and for the stream, inside DuckDB.
-Values stay ``bytes`` from the wire until Arrow turns whole columns into strings, so a change
-costs a few dictionary operations in Python and no per-value conversion.
+Every change the warehouse applies is staged here: the follower's (pgoutput sends every value
+as text) and the Debezium endpoint's (its decoded values rendered by :func:`text_value`). The
+warehouse casts the text the same way for the initial snapshot (``COPY ... CSV``) and for the
+stream. The follower's values stay ``bytes`` from the wire until Arrow turns whole columns into
+strings, so a change costs a few dictionary operations in Python and no per-value conversion.
 
-Folding follows :mod:`warehouse.staging`: a key's newest change in the batch wins; deletes
-become tombstones (key columns only); unchanged TOAST columns, and columns a change's layout
-lacks, are listed in ``_keep`` so the stored value survives.
+A key's newest change in the batch wins; deletes become tombstones (key columns only); an
+update that changed the key also tombstones the old key; unchanged TOAST columns, and columns
+a change's layout lacks, are listed in ``_keep`` so the stored value survives.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from warehouse.errors import SchemaError
-from warehouse.staging import KEEP
+
+#: Staged column naming the columns whose stored value a row keeps.
+KEEP = "_keep"
+#: The version and tombstone columns every mirrored table has besides its source columns.
+META_COLUMNS = ("_lsn", "_seq", "_deleted")
 
 TextValue = bytes | None
 
@@ -76,6 +85,45 @@ class TextRows:
     ) -> None:
         """Stage an insert or update; ``unchanged`` are positions of TOAST values not sent."""
         self.changes += 1
+        self._put(layout, values, version, unchanged)
+
+    def update(
+        self,
+        layout: Layout,
+        old: tuple[TextValue, ...] | None,
+        values: tuple[TextValue, ...],
+        version: tuple[int, int],
+        unchanged: Sequence[int] = (),
+    ) -> None:
+        """Stage an update (or an insert, without ``old``). When ``old`` (the old row, or at
+        least its key columns) holds another key than ``values``, the row moved: the old key
+        gets a tombstone at the same version."""
+        self.changes += 1
+        if old is not None and _key(layout, old) != _key(layout, values):
+            self._tombstone(layout, old, version)
+        self._put(layout, values, version, unchanged)
+
+    def delete(
+        self, layout: Layout, values: tuple[TextValue, ...], version: tuple[int, int]
+    ) -> None:
+        """Stage a tombstone for the key held in ``values`` (other columns are ignored)."""
+        self.changes += 1
+        self._tombstone(layout, values, version)
+
+    def truncate(self, version: tuple[int, int]) -> None:
+        """Drop what is staged from before the truncate (in stream order: everything)."""
+        self.changes += 1
+        if self.truncated_at is None or version > self.truncated_at:
+            self.rows = {k: r for k, r in self.rows.items() if r.version > version}
+            self.truncated_at = version
+
+    def _put(
+        self,
+        layout: Layout,
+        values: tuple[TextValue, ...],
+        version: tuple[int, int],
+        unchanged: Sequence[int],
+    ) -> None:
         key = _key(layout, values)
         current = self.rows.get(key)
         if (current is not None and current.version > version) or self._truncated(version):
@@ -85,24 +133,15 @@ class TextRows:
             values, keep = _fill_unchanged(layout, values, unchanged, current)
         self.rows[key] = _Row(version, False, layout, values, keep)
 
-    def delete(
+    def _tombstone(
         self, layout: Layout, values: tuple[TextValue, ...], version: tuple[int, int]
     ) -> None:
-        """Stage a tombstone for the key held in ``values`` (other columns are ignored)."""
-        self.changes += 1
         key = _key(layout, values)
         current = self.rows.get(key)
         if (current is not None and current.version > version) or self._truncated(version):
             return
         kept = tuple(values[i] if i in layout.key else None for i in range(len(values)))
         self.rows[key] = _Row(version, True, layout, kept)
-
-    def truncate(self, version: tuple[int, int]) -> None:
-        """Drop what is staged from before the truncate (in stream order: everything)."""
-        self.changes += 1
-        if self.truncated_at is None or version > self.truncated_at:
-            self.rows = {k: r for k, r in self.rows.items() if r.version > version}
-            self.truncated_at = version
 
     def _truncated(self, version: tuple[int, int]) -> bool:
         return self.truncated_at is not None and version < self.truncated_at
@@ -185,3 +224,48 @@ def snapshot_rows(rows: pa.Table, lsn: int) -> pa.Table:
         .append_column("_deleted", pa.array(np.zeros(n, np.bool_)))
         .append_column(KEEP, pa.nulls(n, pa.list_(pa.string())))
     )
+
+
+def text_value(value: object) -> TextValue:
+    """A Python value in the Postgres text form the warehouse casts (what the follower
+    stages): booleans ``t``/``f``, numbers in plain notation (``Infinity``, ``NaN`` as Postgres
+    spells them), timestamps and dates ISO 8601 (aware ones with their offset), ``bytes``
+    (``bytea``) as bare hex, lists (arrays) and mappings as JSON, anything else as ``str``;
+    ``None`` stays null."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, float):
+        return _float_text(value).encode()
+    if isinstance(value, Decimal):
+        return format(value, "f").encode()
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ").encode()
+    if isinstance(value, bytes):
+        return value.hex().encode()
+    if isinstance(value, list | dict):
+        return json_text(value)
+    return str(value).encode()
+
+
+def json_text(value: object) -> bytes:
+    """An array (nested lists) or a document as the JSON text the warehouse casts; values JSON
+    lacks become text: timestamps and dates ISO 8601, ``bytes`` hex, decimals ``str``."""
+    return json.dumps(value, default=_json_default).encode()
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.hex()
+    return str(value)
+
+
+def _float_text(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return repr(value)

@@ -1,12 +1,8 @@
-"""Type mapping: Postgres column types to DuckDB types, DuckDB types to Arrow staging types."""
+"""Type mapping: Postgres column types to the DuckDB types the warehouse describes columns by."""
 
 from __future__ import annotations
 
 import re
-
-import pyarrow as pa
-
-from warehouse.errors import SchemaError
 
 _PG_SCALARS: dict[str, str] = {
     "uuid": "UUID",
@@ -32,25 +28,6 @@ _PG_SCALARS: dict[str, str] = {
 }
 _VARCHAR_LIKE = re.compile(r"^(character varying|character|bit varying|bit)(\(\d+\))?$")
 _NUMERIC = re.compile(r"^numeric\((\d+),(\d+)\)$")
-_DECIMAL = re.compile(r"^DECIMAL\((\d+),(\d+)\)$")
-
-_ARROW: dict[str, pa.DataType] = {
-    "UUID": pa.string(),
-    "VARCHAR": pa.string(),
-    "JSON": pa.string(),
-    "BIGINT": pa.int64(),
-    "INTEGER": pa.int32(),
-    "SMALLINT": pa.int16(),
-    "UBIGINT": pa.uint64(),
-    "DOUBLE": pa.float64(),
-    "FLOAT": pa.float32(),
-    "BOOLEAN": pa.bool_(),
-    "TIMESTAMP WITH TIME ZONE": pa.timestamp("us", tz="UTC"),
-    "TIMESTAMPTZ": pa.timestamp("us", tz="UTC"),
-    "TIMESTAMP": pa.timestamp("us"),
-    "DATE": pa.date32(),
-    "BLOB": pa.binary(),
-}
 
 
 def duckdb_type(pg_type: str) -> str:
@@ -71,18 +48,6 @@ def duckdb_type(pg_type: str) -> str:
     if pg_type.startswith("timestamp") and "with time zone" in pg_type:
         return "TIMESTAMPTZ"
     return "VARCHAR"
-
-
-def arrow_type(duck_type: str) -> pa.DataType:
-    """The Arrow type a staged value of DuckDB type ``duck_type`` travels in."""
-    if duck_type.endswith("[]"):
-        return pa.list_(arrow_type(duck_type[:-2]))
-    if duck_type in _ARROW:
-        return _ARROW[duck_type]
-    decimal = _DECIMAL.match(duck_type.replace(" ", ""))
-    if decimal:
-        return pa.decimal128(int(decimal.group(1)), int(decimal.group(2)))
-    raise SchemaError(f"no Arrow staging type for DuckDB type {duck_type}", type=duck_type)
 
 
 def is_list(duck_type: str) -> bool:

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from cdc.debezium import next_position
+from cdc.debezium import Source, next_position
 from cdc.debezium_types import EncodingError, decode_value
 from cdc.errors import SourceConflictError
-from warehouse.changes import ChangeEvent, Op, Position, Source
+from warehouse.changes import Position
 
 
 def unscaled(value: int) -> str:
@@ -82,8 +82,8 @@ def test_values_that_do_not_fit_are_refused(duck_type: str, value: Any) -> None:
 
 
 def test_position_never_goes_back_and_one_source_per_warehouse() -> None:
-    def change(lsn: int) -> ChangeEvent:
-        return ChangeEvent(Op.CREATE, Source("robots", lsn, 0, 1, 7), after={"id": "r"})
+    def change(lsn: int) -> Source:
+        return Source("robots", lsn, ts_ms=1, tx_id=7)
 
     first = next_position(None, [change(300), change(100)], "pg")
     assert (first.lsn, first.snapshot_lsn, first.slot) == (300, 100, "debezium:pg")

@@ -8,8 +8,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tests.warehouse.conftest import batch, episode_row, event, robot
-from warehouse.changes import ChangeBatch, ChangeEvent, Op
+from tests.warehouse.conftest import Event, batch, episode_row, event, robot
+from warehouse.changes import ChangeBatch, Op
 from warehouse.rows import Layout, TextRows
 
 EPISODES = 24
@@ -45,7 +45,7 @@ def _episode(i: int) -> dict[str, Any]:
     )
 
 
-def _children(i: int, lsn: int) -> list[ChangeEvent]:
+def _children(i: int, lsn: int) -> list[Event]:
     eid = episode_id(i)
     events = [
         event(
@@ -144,7 +144,7 @@ def text_rows(lsn: int) -> ChangeBatch:
     text = tuple(None if changed[c] is None else str(changed[c]).encode() for c in columns)
     rows.upsert(layout, text, (lsn, 9), unchanged=[columns.index("qc_report")])
     position = batch(lsn=lsn).position
-    return ChangeBatch([], position, tables=[rows])
+    return ChangeBatch([rows], position)
 
 
 def fleet() -> list[ChangeBatch]:

@@ -7,10 +7,11 @@ backend with sqlglot, as the service renders a checked curation.
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,24 @@ import pyarrow as pa
 import pytest
 import sqlglot
 
+from cdc.batch import PendingBatch
 from cdc.config import CdcConfig
+from cdc.debezium import apply_debezium
+from cdc.pgoutput import (
+    Begin,
+    Commit,
+    Insert,
+    Message,
+    Relation,
+    RelationColumn,
+    ReplicaIdentity,
+    Update,
+)
 from cdc.slot import drop_slot
 from cdc.source import connect as cdc_connect
+from cdc.source import table_spec
+from cdc.transactions import TransactionAssembler
+from cdc.values import SESSION_OPTIONS
 from tests.cdc.conftest import (
     MIRRORED,
     caught_up,
@@ -352,9 +368,8 @@ def test_a_failed_batch_leaves_nothing_behind(case: Case) -> None:
     good, bad = episode_row(), episode_row()
     layout = Layout.of("episodes", columns, ["id"])
     rows.upsert(layout, (bad["id"].encode(), b"r1", b"not a number"), (200, 2))
-    broken = ChangeBatch(
-        [event(Op.CREATE, "robots", 200, after=robot("r7"))], batch(lsn=200).position, tables=[rows]
-    )
+    robots = batch(event(Op.CREATE, "robots", 200, after=robot("r7")))
+    broken = ChangeBatch([*robots.tables, rows], batch(lsn=200).position)
     before = case.warehouse.current_snapshot()
     with pytest.raises(WarehouseError):
         case.warehouse.apply(broken)
@@ -744,3 +759,143 @@ def test_clickhouse_readers_never_see_an_unfinished_write(
     assert case.warehouse.query_arrow(raw).column(0).to_pylist() == [600, 3]
     pinned = case.warehouse.query_arrow(raw, snapshot_id=done)
     assert pinned.column(0).to_pylist() == [600]
+
+
+# -- one staging path: the follower's and Debezium's changes land alike ---------------------
+
+EVERY_TYPE = """CREATE TABLE every_type (
+    id integer PRIMARY KEY, flag boolean, small smallint, big bigint, ident oid, ratio real,
+    precise double precision, price numeric(10,2), amount numeric, tag uuid, doc json,
+    docb jsonb, raw bytea, at timestamptz, local_at timestamp, day date, note text,
+    code varchar(20), letters char(4), names text[], counts integer[], flags boolean[],
+    stamps timestamptz[], missing text)"""
+EVERY_VALUE = """INSERT INTO every_type VALUES (1, true, -7, 9007199254740993, 4000000000, 0.25,
+    1.1, 123.45, 1.5, '6f1c7d2e-8a41-4b57-9a35-2b0c1e7d9f10', '{"a": [1,  2]}',
+    '{"b": {"c": null}}', '\\x00ff10', '2024-05-01 12:00:00.123456+00',
+    '2018-06-20 15:13:16.945104', '2024-05-01', 'héllo, "world"', 'code-1', 'ab',
+    ARRAY['x', 'y z', NULL], ARRAY[1, NULL, 3], ARRAY[true, false],
+    ARRAY['2024-05-01 12:00:00+00'::timestamptz], NULL)"""
+
+
+def _debezium_every_value(row_id: int) -> dict[str, Any]:
+    """The row of EVERY_VALUE as Debezium's PostgreSQL connector encodes it by default
+    (``decimal.handling.mode=precise``, ``time.precision.mode=adaptive``)."""
+    return {
+        "id": row_id,
+        "flag": True,
+        "small": -7,
+        "big": 9007199254740993,
+        "ident": 4000000000,
+        "ratio": 0.25,
+        "precise": 1.1,
+        "price": base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode(),
+        "amount": {"scale": 1, "value": base64.b64encode(b"\x0f").decode()},
+        "tag": "6f1c7d2e-8a41-4b57-9a35-2b0c1e7d9f10",
+        "doc": '{"a": [1,  2]}',
+        "docb": '{"b": {"c": null}}',
+        "raw": base64.b64encode(b"\x00\xff\x10").decode(),
+        "at": "2024-05-01T12:00:00.123456Z",
+        "local_at": 1529507596945104,
+        "day": 19844,
+        "note": 'héllo, "world"',
+        "code": "code-1",
+        "letters": "ab  ",
+        "names": ["x", "y z", None],
+        "counts": [1, None, 3],
+        "flags": [True, False],
+        "stamps": ["2024-05-01T12:00:00Z"],
+        "missing": None,
+    }
+
+
+def _debezium(op: str, table: str, lsn: int, **rows: Any) -> dict[str, Any]:
+    source = {"name": "pg", "schema": "public", "table": table, "lsn": lsn, "ts_ms": 1}
+    return {"op": op, "source": {**source, "txId": lsn}, **rows}
+
+
+def _transaction(relation: Relation, lsn: int, *changes: Insert | Update) -> list[Message]:
+    """One source transaction as pgoutput streams it, committed at ``lsn``."""
+    return [
+        relation,
+        Begin(final_lsn=lsn, commit_time_us=0, xid=lsn),
+        *changes,
+        Commit(flags=0, commit_lsn=lsn, end_lsn=lsn + 8, commit_time_us=0),
+    ]
+
+
+def _follower_batch(case: Case, key: Sequence[str], messages: list[Message]) -> ChangeBatch:
+    """The messages through the follower's assembler and batch, after the stored position."""
+    assembler = TransactionAssembler(
+        lambda rel: Layout.of(rel.name, [c.name for c in rel.columns], key)
+    )
+    pending = PendingBatch()
+    for message in messages:
+        done = assembler.feed(message)
+        if done is not None:
+            pending.add(done)
+    position = case.warehouse.position()
+    assert position is not None
+    return pending.change_batch(position)
+
+
+def _mirror(case: Case) -> str:
+    if case.config.clickhouse is None:
+        return "mirror"
+    return Databases.of(case.config.clickhouse.database).mirror
+
+
+def test_debezium_values_of_every_type_land_as_the_followers(case: Case, pg_dsn: str) -> None:
+    """One Postgres row, through Debezium's encoding and through pgoutput's text (a type's
+    output function, what a text-format query returns under the follower's session
+    options): the warehouse stores the same values."""
+    with psycopg.connect(pg_dsn, autocommit=True, options=SESSION_OPTIONS) as conn:
+        conn.execute(EVERY_TYPE)
+        conn.execute(EVERY_VALUE)
+        oid = conn.execute("SELECT 'every_type'::regclass::oid").fetchone()
+        assert oid is not None
+        spec = table_spec(conn, int(oid[0]), "public", "every_type")
+        cursor = conn.execute("SELECT * FROM every_type")
+        result = cursor.pgresult
+        assert result is not None
+        text = tuple(result.get_value(0, i) for i in range(result.nfields))
+        types = [result.ftype(i) for i in range(result.nfields)]
+    assert case.warehouse.ensure_table(spec)
+    event = _debezium("c", "every_type", 8000, after=_debezium_every_value(2))
+    apply_debezium(case.warehouse, event)
+    names = [c.name for c in spec.columns]
+    columns = tuple(RelationColumn(n == "id", n, t, -1) for n, t in zip(names, types, strict=True))
+    relation = Relation(1, "public", "every_type", ReplicaIdentity.DEFAULT, columns)
+    case.warehouse.apply(
+        _follower_batch(case, spec.key, _transaction(relation, 9000, Insert(1, text)))
+    )
+    # bytea as hex: ClickHouse hands String columns to Arrow as UTF-8
+    every = f"SELECT * EXCLUDE (raw), hex(raw) AS raw FROM {_mirror(case)}.every_type ORDER BY id"
+    rows = case.query(every)
+    follower, debezium = (
+        {k: v for k, v in row.items() if k not in ("id", "_lsn", "_seq", "_commit")}
+        for row in rows.to_pylist()
+    )
+    assert debezium == follower
+    assert [name for name, value in follower.items() if value is None] == ["missing"]
+
+
+def test_a_key_change_moves_the_row_alike_from_pgoutput_and_debezium(case: Case) -> None:
+    """An update that changed the key: the old key is gone on both paths, and a re-delivered
+    insert of it does not bring it back (its tombstone is newer)."""
+    row = {"model": "arm", "site": "lab", "created_at": "2024-01-01T00:00:00Z"}
+    moved = _debezium("u", "robots", 8010, before={"id": "dz-a"}, after={"id": "dz-b", **row})
+    events = [_debezium("c", "robots", 8000, after={"id": "dz-a", **row}), moved]
+    apply_debezium(case.warehouse, events)
+    types = {"id": 25, "model": 25, "site": 25, "created_at": 1184}  # text, timestamptz
+    columns = tuple(RelationColumn(n == "id", n, t, -1) for n, t in types.items())
+    relation = Relation(1, "public", "robots", ReplicaIdentity.DEFAULT, columns)
+    stamp = b"2024-01-01 00:00:00+00"
+    insert = Insert(1, (b"pg-a", b"arm", b"lab", stamp))
+    update = Update(1, (b"pg-a", None, None, None), True, (b"pg-b", b"arm", b"lab", stamp))
+    messages = _transaction(relation, 9000, insert) + _transaction(relation, 9100, update)
+    case.warehouse.apply(_follower_batch(case, ("id",), messages))
+    apply_debezium(case.warehouse, events[0])  # re-delivered
+    case.warehouse.apply(_follower_batch(case, ("id",), _transaction(relation, 9000, insert)))
+    rows = case.rows("SELECT id, model, site, created_at FROM robots ORDER BY id")
+    assert [r.pop("id") for r in rows] == ["dz-b", "pg-b"]
+    assert rows[0] == rows[1]

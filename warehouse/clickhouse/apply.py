@@ -1,13 +1,13 @@
 """Writing staged rows into a ClickHouse mirror table: every version is kept, tagged with
 the commit (snapshot) that wrote it.
 
-The staged rows (:mod:`warehouse.staging`, :mod:`warehouse.rows`, snapshot chunks) go into a
-``Memory`` table of their own Arrow types, then one ``INSERT ... SELECT`` casts them to the
-mirror's types (Postgres text the way DuckDB casts it: timestamps parsed, booleans from
-``t``/``f``, arrays from JSON, ``bytea`` from hex), joins each to the stored newest version of
-its key and inserts it only when its ``(_lsn, _seq)`` is newer: the LSN guard, so replays and
-re-deliveries add nothing. ``_keep`` columns take the stored value. Nothing is updated in
-place; readers pick the newest version visible at their snapshot (``views.sql``).
+The staged rows (:mod:`warehouse.rows`, snapshot chunks) go into a ``Memory`` table of their
+own Arrow types, then one ``INSERT ... SELECT`` casts them to the mirror's types (Postgres
+text the way DuckDB casts it: timestamps parsed, booleans from ``t``/``f``, arrays from JSON,
+``bytea`` from hex), joins each to the stored newest version of its key and inserts it only
+when its ``(_lsn, _seq)`` is newer: the LSN guard, so replays and re-deliveries add nothing.
+``_keep`` columns take the stored value. Nothing is updated in place; readers pick the newest
+version visible at their snapshot (``views.sql``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from warehouse.changes import ChangeBatch
 from warehouse.clickhouse.meta import STAGE_PREFIX
 from warehouse.clickhouse.schema import DIALECT, Databases, clickhouse_type, quote
 from warehouse.errors import SchemaError
-from warehouse.staging import KEEP, stage_events, stage_to_arrow
+from warehouse.rows import KEEP
 from warehouse.types import is_list
 
 _STAGE_META = {"_lsn": "UInt64", "_seq": "Int32", "_deleted": "Bool", KEEP: "Array(String)"}
@@ -213,20 +213,10 @@ def known_table(tables: dict[str, MirrorTable], name: str) -> MirrorTable:
 
 
 def stage_batch(tables: dict[str, MirrorTable], batch: ChangeBatch) -> list[Staged]:
-    """Each table's staged rows in a batch (events and text rows; one way per table) and
-    the batch's truncate of it."""
-    stages = stage_events(batch.events, {n: t.key for n, t in tables.items()})
+    """Each table's staged rows in a batch and the batch's truncate of it, all built before
+    anything is written (an unknown table fails the batch first)."""
     staged: list[Staged] = []
-    for name, stage in stages.items():
-        table = known_table(tables, name)
-        arrow = stage_to_arrow(stage, table.columns, table.key)
-        staged.append((name, arrow, stage.truncated_at))
     for rows in batch.tables:
-        if rows.table in stages:
-            raise SchemaError(
-                f"a batch changes {rows.table!r} both as events and as text rows",
-                table=rows.table,
-            )
         table = known_table(tables, rows.table)
         staged.append((rows.table, rows.to_arrow(table.column_names), rows.truncated_at))
     return staged

@@ -64,8 +64,7 @@ from warehouse.clickhouse.schema import (
 )
 from warehouse.config import ClickHouseConfig
 from warehouse.errors import QueryError
-from warehouse.rows import snapshot_rows
-from warehouse.staging import KEEP
+from warehouse.rows import KEEP, snapshot_rows
 from warehouse.types import duckdb_type
 
 CDC_AUTHOR = "quarry-cdc"
@@ -210,7 +209,7 @@ class ClickHouseWarehouse(Warehouse):
                 if self._wrote(client, name, snapshot):
                     changed.add(name)
             record_changes(client, self._names, snapshot, changed)
-            changes = len(batch.events) + sum(rows.changes for rows in batch.tables)
+            changes = sum(rows.changes for rows in batch.tables)
             message = f"cdc batch: {changes} changes"
             self._commit(client, snapshot, batch.position.to_json(), CDC_AUTHOR, message)
             if truncated:

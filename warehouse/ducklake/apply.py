@@ -31,7 +31,7 @@ from warehouse.ducklake.statements import (
     probe_statement,
     truncate_statement,
 )
-from warehouse.staging import KEEP
+from warehouse.rows import KEEP
 
 
 def apply_rows(
@@ -41,9 +41,9 @@ def apply_rows(
     staged: pa.Table,
     truncated_at: tuple[int, int] | None = None,
 ) -> None:
-    """Apply one table's staged rows (see :mod:`warehouse.staging`, :mod:`warehouse.rows`):
-    one probe of the stored keys and versions, a delete by ``rowid`` of the rows replaced,
-    an insert of the staged rows not older than what is stored."""
+    """Apply one table's staged rows (:mod:`warehouse.rows`, snapshot chunks): one probe of
+    the stored keys and versions, a delete by ``rowid`` of the rows replaced, an insert of
+    the staged rows not older than what is stored."""
     if truncated_at is not None:
         con.execute(truncate_statement(target), list(truncated_at))
     staged = _after_truncate(staged, table.truncated_at)

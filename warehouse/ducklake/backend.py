@@ -29,13 +29,11 @@ from warehouse.ducklake.schema import SQL_DIR, apply_sql_files
 from warehouse.ducklake.statements import ident, literal, stale_rows_statement, table_ref
 from warehouse.ducklake.versions import LakeVersions
 from warehouse.errors import SchemaError, WarehouseError, WarehouseUnavailableError
-from warehouse.rows import TextRows, snapshot_rows
-from warehouse.staging import TableStage, stage_events, stage_to_arrow
+from warehouse.rows import META_COLUMNS, snapshot_rows
 from warehouse.types import duckdb_type
 
 MIRROR = "mirror"
 META = "quarry_meta"
-_META_COLUMNS = ("_lsn", "_seq", "_deleted")
 
 
 class DuckLakeWarehouse(Warehouse):
@@ -138,7 +136,7 @@ class DuckLakeWarehouse(Warehouse):
                 "WHERE database_name = $1 AND schema_name = $2 ORDER BY column_index",
                 [self._config.alias, MIRROR],
             ).fetchall():
-                if column not in _META_COLUMNS:
+                if column not in META_COLUMNS:
                     columns.setdefault(table, []).append((column, duck_type))
             self._tables = {
                 name: MirrorTable(name, tuple(columns[name]), key, truncated)
@@ -206,27 +204,15 @@ class DuckLakeWarehouse(Warehouse):
         with self._lock:
             with self._transaction("applying a CDC batch") as con:
                 tables = self._mirror_tables(con)
-                stages = stage_events(batch.events, {n: t.key for n, t in tables.items()})
-                staged: list[tuple[str, pa.Table, TableStage | TextRows]] = [
-                    (name, stage_to_arrow(stage, tables[name].columns, tables[name].key), stage)
-                    for name, stage in stages.items()
-                ]
-                for rows in batch.tables:
-                    if rows.table in stages:
-                        raise SchemaError(
-                            f"a batch changes {rows.table!r} both as events and as text rows",
-                            table=rows.table,
-                        )
-                    table = self._known(tables, rows.table)
-                    staged.append((rows.table, rows.to_arrow(table.column_names), rows))
                 truncated = False
-                for name, arrow, stage in staged:
-                    table = self._known(tables, name)
-                    apply_rows(con, self._target(name), table, arrow, stage.truncated_at)
-                    if stage.truncated_at is not None:
-                        self._record_truncate(con, name, stage.truncated_at)
+                for rows in batch.tables:
+                    table = self._known(tables, rows.table)
+                    staged = rows.to_arrow(table.column_names)
+                    apply_rows(con, self._target(rows.table), table, staged, rows.truncated_at)
+                    if rows.truncated_at is not None:
+                        self._record_truncate(con, rows.table, rows.truncated_at)
                         truncated = True
-                changes = len(batch.events) + sum(rows.changes for rows in batch.tables)
+                changes = sum(rows.changes for rows in batch.tables)
                 self._write_position(con, batch.position, f"cdc batch: {changes} changes")
             if truncated:
                 self._tables = None

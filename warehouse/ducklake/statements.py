@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from sqlglot import exp
 
-from warehouse.staging import KEEP
+from warehouse.rows import KEEP
 from warehouse.types import is_list
 
 STAGE = "_quarry_stage"  # the staged rows (Arrow)
