@@ -839,9 +839,9 @@ def _follower_batch(case: Case, key: Sequence[str], messages: list[Message]) -> 
 
 
 def _mirror(case: Case) -> str:
-    if case.config.clickhouse is None:
+    if not isinstance(case.config, ClickHouseConfig):
         return "mirror"
-    return Databases.of(case.config.clickhouse.database).mirror
+    return Databases.of(case.config.database).mirror
 
 
 def test_debezium_values_of_every_type_land_as_the_followers(case: Case, pg_dsn: str) -> None:
