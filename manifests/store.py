@@ -1,4 +1,4 @@
-"""A folder of manifests addressed by ID: put, get, list, verify."""
+"""A folder of manifests addressed by ID: where one lies, and a verified put."""
 
 from __future__ import annotations
 
@@ -7,18 +7,14 @@ import shutil
 from pathlib import Path
 from typing import BinaryIO
 
-import pyarrow as pa
-
-from ._publish import ID_SUFFIX, AtomicFile, hash_file
-from .build import DEFAULT_BATCH_ROWS, ManifestInfo, build_manifest
+from ._publish import ID_SUFFIX, AtomicFile
+from .build import ManifestInfo
 from .errors import (
     ManifestCorruptError,
     ManifestIdError,
     ManifestIOError,
-    ManifestNotFoundError,
 )
-from .manifest import Manifest, is_manifest_id, open_manifest
-from .meta import ManifestMeta
+from .manifest import is_manifest_id, open_manifest
 
 _COPY_BLOCK = 8 * 1024 * 1024
 
@@ -45,22 +41,6 @@ class ManifestStore:
     def contains(self, manifest_id: str) -> bool:
         """Whether manifest ``manifest_id`` is in the store."""
         return self.path(manifest_id).is_file()
-
-    def build(
-        self, table: pa.Table, meta: ManifestMeta, *, batch_rows: int = DEFAULT_BATCH_ROWS
-    ) -> ManifestInfo:
-        """Build a manifest from a query result straight into the store."""
-        return build_manifest(table, meta, self.root, batch_rows=batch_rows)
-
-    def get(self, manifest_id: str) -> Manifest:
-        """Open manifest ``manifest_id`` by memory map.
-
-        :raises ManifestNotFoundError: no such manifest.
-        """
-        path = self.path(manifest_id)
-        if not path.is_file():
-            raise ManifestNotFoundError("no such manifest", manifest_id=manifest_id)
-        return open_manifest(path)
 
     def put(
         self, source: str | os.PathLike[str] | bytes | BinaryIO, expected_id: str | None = None
@@ -91,34 +71,6 @@ class ManifestStore:
         except OSError as exc:
             raise ManifestIOError(f"cannot store manifest: {exc}", path=str(self.root)) from exc
         return ManifestInfo(digest, path, rows, samples, size)
-
-    def list(self) -> list[ManifestInfo]:
-        """Every manifest in the store, sorted by ID (opens each; O(1) per manifest)."""
-        if not self.root.is_dir():
-            return []
-        infos = []
-        for path in sorted(self.root.glob(f"*{ID_SUFFIX}")):
-            manifest_id = path.name.removesuffix(ID_SUFFIX)
-            if not is_manifest_id(manifest_id):
-                continue
-            opened = open_manifest(path)
-            size = path.stat().st_size
-            infos.append(ManifestInfo(manifest_id, path, opened.num_rows, opened.num_samples, size))
-        return infos
-
-    def verify(self, manifest_id: str) -> None:
-        """Hash manifest ``manifest_id`` and check it against its ID.
-
-        :raises ManifestNotFoundError: no such manifest.
-        :raises ManifestCorruptError: its bytes do not hash to its ID.
-        """
-        path = self.path(manifest_id)
-        if not path.is_file():
-            raise ManifestNotFoundError("no such manifest", manifest_id=manifest_id)
-        digest = hash_file(path)
-        if digest != manifest_id:
-            message = f"file hashes to {digest}"
-            raise ManifestCorruptError(message, manifest_id=manifest_id, path=str(path))
 
 
 def _copy_into(source: str | os.PathLike[str] | bytes | BinaryIO, atomic: AtomicFile) -> None:

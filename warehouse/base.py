@@ -18,7 +18,7 @@ from typing import ClassVar
 import pyarrow as pa
 
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
-from warehouse.errors import WarehouseError
+from warehouse.errors import SchemaError, WarehouseError
 
 #: The relations a curation may read (the curation guard's allow-list).
 CURATION_VIEWS: tuple[str, ...] = (
@@ -52,6 +52,17 @@ class MirrorTable:
     @property
     def column_names(self) -> list[str]:
         return [name for name, _ in self.columns]
+
+
+def known_table(tables: Mapping[str, MirrorTable], name: str) -> MirrorTable:
+    """The mirrored table ``name``; a change for a table the warehouse does not mirror is a
+    :class:`~warehouse.errors.SchemaError`."""
+    table = tables.get(name)
+    if table is None:
+        raise SchemaError(
+            f"change for table {name!r}, which the warehouse does not mirror", table=name
+        )
+    return table
 
 
 @dataclass(frozen=True)

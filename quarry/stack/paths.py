@@ -54,6 +54,11 @@ class StatePaths(NodeLayout):
         return self.run / "cdc-status.json"
 
     @property
+    def pg_password(self) -> Path:
+        """The Postgres superuser's password (mode 0600), made at the first start."""
+        return self.root / "pg-password"
+
+    @property
     def stack_file(self) -> Path:
         return self.root / "stack.json"
 

@@ -82,7 +82,7 @@ class EmbeddedPostgres:
     @property
     def password_file(self) -> Path:
         """The superuser's password (mode 0600), made at the first start."""
-        return self.paths.root / "pg-password"
+        return self.paths.pg_password
 
     def dsn(self, dbname: str = OPERATIONAL_DB, user: str = SUPERUSER) -> str:
         """A libpq connection string over the Unix socket. Every login but the catalog

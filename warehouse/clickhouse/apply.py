@@ -22,11 +22,10 @@ import pyarrow.compute as pc
 from clickhouse_connect.driver.client import Client
 from sqlglot import exp
 
-from warehouse.base import MirrorTable
+from warehouse.base import MirrorTable, known_table
 from warehouse.changes import ChangeBatch
 from warehouse.clickhouse.meta import STAGE_PREFIX
 from warehouse.clickhouse.schema import DIALECT, Databases, clickhouse_type, quote
-from warehouse.errors import SchemaError
 from warehouse.rows import KEEP
 from warehouse.types import is_list
 
@@ -87,28 +86,25 @@ def staged(client: Client, names: Databases, rows: pa.Table) -> Iterator[str]:
         client.command(f"DROP TABLE IF EXISTS {target}")
 
 
-def value_expression(name: str, duck_type: str, staged_type: pa.DataType, *, key: bool) -> str:
-    """Staged column ``name`` (of table ``b``) cast to its mirror type, failing on a value
-    that does not convert, as DuckDB does (ClickHouse's cast to a Nullable type would give
-    NULL). ``if`` skips the NULLs: ClickHouse would otherwise convert their empty slots."""
+def value_expression(name: str, duck_type: str, *, key: bool) -> str:
+    """Staged column ``name`` of table ``b`` (Postgres text, :mod:`warehouse.rows`) cast to
+    its mirror type, failing on a value that does not convert, as DuckDB does (ClickHouse's
+    cast to a Nullable type would give NULL). ``if`` skips the NULLs: ClickHouse would
+    otherwise convert their empty slots."""
     column = f"b.{quote(name)}"
     if is_list(duck_type):
         target = clickhouse_type(duck_type)
-        if pa.types.is_string(staged_type) or pa.types.is_large_string(staged_type):
-            return f"JSONExtract(ifNull({column}, 'null'), {_string(target)})"
-        return f"CAST({column} AS {target})"
+        return f"JSONExtract(ifNull({column}, 'null'), {_string(target)})"
     if key:
         return f"CAST({column} AS {clickhouse_type(duck_type, key=True)})"
-    value = _convert(f"assumeNotNull({column})", duck_type, staged_type)
-    return f"if(isNull({column}), NULL, {value})"
-
-
-def _convert(value: str, duck_type: str, staged_type: pa.DataType) -> str:
-    target = clickhouse_type(duck_type, key=True)
-    if pa.types.is_string(staged_type) or pa.types.is_large_string(staged_type):
-        template = _TEXT_CASTS.get(duck_type)
-        return template.format(value) if template else f"CAST({value} AS {target})"
-    return f"accurateCast({value}, {_string(target)})"
+    value = f"assumeNotNull({column})"
+    template = _TEXT_CASTS.get(duck_type)
+    cast = (
+        template.format(value)
+        if template
+        else f"CAST({value} AS {clickhouse_type(duck_type, key=True)})"
+    )
+    return f"if(isNull({column}), NULL, {cast})"
 
 
 def _string(text: str) -> str:
@@ -121,7 +117,7 @@ def _columns(table: MirrorTable, rows: pa.Table) -> list[tuple[str, str]]:
 
 def _casts(table: MirrorTable, rows: pa.Table, only_key: bool = False) -> list[str]:
     return [
-        f"{value_expression(n, t, rows.schema.field(n).type, key=n in table.key)} AS {quote(n)}"
+        f"{value_expression(n, t, key=n in table.key)} AS {quote(n)}"
         for n, t in _columns(table, rows)
         if not only_key or n in table.key
     ]
@@ -201,15 +197,6 @@ def _names(columns: Sequence[tuple[str, str]]) -> str:
 
 
 Staged = tuple[str, pa.Table, tuple[int, int] | None]
-
-
-def known_table(tables: dict[str, MirrorTable], name: str) -> MirrorTable:
-    table = tables.get(name)
-    if table is None:
-        raise SchemaError(
-            f"change for table {name!r}, which the warehouse does not mirror", table=name
-        )
-    return table
 
 
 def stage_batch(tables: dict[str, MirrorTable], batch: ChangeBatch) -> list[Staged]:

@@ -30,11 +30,10 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from warehouse.base import MaintenanceReport, MirrorTable, Warehouse
+from warehouse.base import MaintenanceReport, MirrorTable, Warehouse, known_table
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.clickhouse.apply import (
     guarded_insert,
-    known_table,
     plain_insert,
     stage_batch,
     staged,

@@ -54,18 +54,16 @@ def apply_rows(
     kept = _has_keep(staged)
     with _registered(con, STAGE, staged):
         if kept:
-            saved = con.execute(kept_statement(target, columns, table.key, staged.schema))
+            saved = con.execute(kept_statement(target, columns, table.key))
             con.register(KEPT, saved.to_arrow_table())
         try:
-            hits = con.execute(
-                probe_statement(target, columns, table.key, staged.schema)
-            ).to_arrow_table()
+            hits = con.execute(probe_statement(target, columns, table.key)).to_arrow_table()
             replaces = hits.column("replaces")
             with _registered(con, DOOMED, hits.filter(replaces).select(["rid"])):
                 con.execute(delete_rows_statement(target))
             skipped = hits.filter(pc.invert(replaces)).select(["row"])
             with _registered(con, SKIPPED, skipped):
-                insert = insert_statement(target, columns, table.key, staged.schema, kept=kept)
+                insert = insert_statement(target, columns, table.key, kept=kept)
                 con.execute(insert)
         finally:
             if kept:
@@ -89,9 +87,7 @@ def insert_rows(
         return
     columns = [(n, t) for n, t in table.columns if n in staged.schema.names]
     with _registered(con, STAGE, staged):
-        con.execute(
-            insert_statement(target, columns, table.key, staged.schema, kept=False, skip=False)
-        )
+        con.execute(insert_statement(target, columns, table.key, kept=False, skip=False))
 
 
 def _after_truncate(staged: pa.Table, truncated_at: tuple[int, int] | None) -> pa.Table:

@@ -18,7 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from warehouse.base import MaintenanceReport, MirrorTable, Warehouse
+from warehouse.base import MaintenanceReport, MirrorTable, Warehouse, known_table
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.apply import apply_rows, insert_rows
@@ -206,7 +206,7 @@ class DuckLakeWarehouse(Warehouse):
                 tables = self._mirror_tables(con)
                 truncated = False
                 for rows in batch.tables:
-                    table = self._known(tables, rows.table)
+                    table = known_table(tables, rows.table)
                     staged = rows.to_arrow(table.column_names)
                     apply_rows(con, self._target(rows.table), table, staged, rows.truncated_at)
                     if rows.truncated_at is not None:
@@ -232,15 +232,6 @@ class DuckLakeWarehouse(Warehouse):
     def _target(self, table: str) -> str:
         return table_ref(self._config.alias, MIRROR, table)
 
-    @staticmethod
-    def _known(tables: dict[str, MirrorTable], name: str) -> MirrorTable:
-        table = tables.get(name)
-        if table is None:
-            raise SchemaError(
-                f"change for table {name!r}, which the warehouse does not mirror", table=name
-            )
-        return table
-
     def apply_snapshot(
         self,
         tables: Sequence[str],
@@ -258,7 +249,7 @@ class DuckLakeWarehouse(Warehouse):
                 known = self._mirror_tables(con)
                 empty = {name for name in tables if self._is_empty(con, name)}
                 for chunk in chunks:
-                    table = self._known(known, chunk.table)
+                    table = known_table(known, chunk.table)
                     staged = snapshot_rows(chunk.rows, lsn)
                     if chunk.table in empty:  # nothing stored: no versions to compare
                         insert_rows(con, self._target(chunk.table), table, staged)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import pyarrow as pa
 from sqlglot import exp
 
 from warehouse.rows import KEEP
@@ -35,11 +34,13 @@ def table_ref(catalog: str, schema: str, table: str) -> str:
     return ".".join(ident(part) for part in (catalog, schema, table))
 
 
-def _source(name: str, duck_type: str, staged: pa.DataType) -> str:
+def _source(name: str, duck_type: str) -> str:
+    """Staged column ``name`` (Postgres text, :mod:`warehouse.rows`) cast to its type: arrays
+    come as JSON text, ``bytea`` as hex."""
     column = f"b.{ident(name)}"
-    if pa.types.is_string(staged) and is_list(duck_type):
+    if is_list(duck_type):
         return f"CAST(CAST({column} AS JSON) AS {duck_type})"
-    if pa.types.is_string(staged) and duck_type == "BLOB":  # hex text from COPY
+    if duck_type == "BLOB":
         return f"unhex({column})"
     return f"CAST({column} AS {duck_type})"
 
@@ -55,17 +56,15 @@ def _key_match(sources: dict[str, str], key: Sequence[str], stored: str = "t") -
     return " AND ".join(f"{stored}.{ident(k)} = {sources[k]}" for k in key)
 
 
-def _sources(columns: Sequence[tuple[str, str]], staged: pa.Schema) -> dict[str, str]:
-    return {name: _source(name, duck_type, staged.field(name).type) for name, duck_type in columns}
+def _sources(columns: Sequence[tuple[str, str]]) -> dict[str, str]:
+    return {name: _source(name, duck_type) for name, duck_type in columns}
 
 
-def probe_statement(
-    target: str, columns: Sequence[tuple[str, str]], key: Sequence[str], staged: pa.Schema
-) -> str:
+def probe_statement(target: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> str:
     """For each staged row whose key is stored: its ordinal (``ROW``), the stored row's
     ``rowid`` and whether the staged version is newer (it replaces the stored row). The one
     scan of ``target`` in a batch, reading only the key and version columns."""
-    sources = _sources([c for c in columns if c[0] in key], staged)
+    sources = _sources([c for c in columns if c[0] in key])
     return (
         f"SELECT b.{ROW} AS row, t.rowid AS rid, {_newer()} AS replaces "
         f"FROM {STAGE} AS b JOIN {target} AS t ON {_key_match(sources, key)}"
@@ -81,7 +80,6 @@ def insert_statement(
     target: str,
     columns: Sequence[tuple[str, str]],
     key: Sequence[str],
-    staged: pa.Schema,
     *,
     kept: bool,
     skip: bool = True,
@@ -91,7 +89,7 @@ def insert_statement(
 
     With ``kept``, columns named in a row's ``_keep`` take the value saved in the ``KEPT``
     relation (the stored row before the delete)."""
-    sources = _sources(columns, staged)
+    sources = _sources(columns)
     keyed = set(key)
     values = []
     for name, _ in columns:
@@ -112,11 +110,9 @@ def insert_statement(
     )
 
 
-def kept_statement(
-    target: str, columns: Sequence[tuple[str, str]], key: Sequence[str], staged: pa.Schema
-) -> str:
+def kept_statement(target: str, columns: Sequence[tuple[str, str]], key: Sequence[str]) -> str:
     """The stored rows whose values some staged row keeps (``_keep`` not empty)."""
-    sources = _sources([c for c in columns if c[0] in key], staged)
+    sources = _sources([c for c in columns if c[0] in key])
     return (
         f"SELECT t.* FROM {target} AS t WHERE EXISTS (SELECT 1 FROM {STAGE} AS b "
         f"WHERE len(b.{KEEP}) > 0 AND {_key_match(sources, key)} AND {_newer()})"
