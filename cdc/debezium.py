@@ -177,9 +177,9 @@ def _event(
     before = _row(payload, "before", index, table, fields.get("before", {}))
     after = _row(payload, "after", index, table, fields.get("after", {}))
     unchanged = frozenset(n for n, v in (after or {}).items() if v is _UNCHANGED)
-    plain_after = _plain(after)
-    _require_rows(op, before, plain_after, keys[source.table], index)
-    return _Event(op, source, _plain(before), plain_after, unchanged), name
+    plain_before, plain_after = _plain(before), _plain(after)
+    _require_rows(op, plain_before, plain_after, keys[source.table], index)
+    return _Event(op, source, plain_before, plain_after, unchanged), name
 
 
 def _source(raw: Any, index: int, columns: Columns) -> tuple[Source, str]:
@@ -264,19 +264,24 @@ def _require_rows(
     key: Sequence[str],
     index: int,
 ) -> None:
+    """The part the op needs is there with its whole key (a key column holding the
+    unchanged-value placeholder counts as missing); an update's ``before``, when sent, holds
+    the old key too."""
     needed = {Op.DELETE: "before", Op.TRUNCATE: None}.get(op, "after")
-    row = before if needed == "before" else after
     if needed is None:
         return
+    row = before if needed == "before" else after
     if row is None:
         raise EventError(f"a {op.value!r} event needs {needed}", index=index, field=needed)
-    missing = [k for k in key if row.get(k) is None]
-    if missing:
-        raise EventError(
-            f"{needed} lacks the key column {missing[0]!r}",
-            index=index,
-            field=f"{needed}.{missing[0]}",
-        )
+    parts = [(needed, row)] + ([("before", before)] if op is Op.UPDATE and before else [])
+    for part, values in parts:
+        missing = [k for k in key if values.get(k) is None]
+        if missing:
+            raise EventError(
+                f"{part} lacks the key column {missing[0]!r}",
+                index=index,
+                field=f"{part}.{missing[0]}",
+            )
 
 
 def _field_schemas(schema: dict[str, Any] | None) -> dict[str, dict[str, Mapping[str, Any]]]:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cdc.debezium import Source, next_position
-from cdc.debezium_types import EncodingError, decode_value
-from cdc.errors import SourceConflictError
+from cdc.debezium import Source, next_position, parse_events
+from cdc.debezium_types import UNAVAILABLE, EncodingError, decode_value
+from cdc.errors import EventError, SourceConflictError
 from warehouse.changes import Position
 
 
@@ -92,3 +92,32 @@ def test_position_never_goes_back_and_one_source_per_warehouse() -> None:
     follower = Position(lsn=10, snapshot_lsn=1, slot="quarry_cdc")
     with pytest.raises(SourceConflictError):
         next_position(follower, [change(400)], "pg")
+
+
+COLUMNS = {"robots": {"id": "VARCHAR", "model": "VARCHAR"}}
+KEYS = {"robots": ("id",)}
+
+
+def _change(op: str, **parts: Any) -> dict[str, Any]:
+    source = {"table": "robots", "schema": "public", "lsn": 100, "ts_ms": 1, "name": "pg"}
+    return {"op": op, "source": source, **parts}
+
+
+@pytest.mark.parametrize(
+    ("op", "parts", "field"),
+    [
+        ("d", {"before": {"id": UNAVAILABLE}}, "before.id"),
+        ("u", {"before": {"id": UNAVAILABLE}, "after": {"id": "r2", "model": "m"}}, "before.id"),
+        ("u", {"after": {"id": UNAVAILABLE, "model": "m"}}, "after.id"),
+    ],
+)
+def test_a_key_that_is_the_unavailable_placeholder_is_refused(
+    op: str, parts: dict[str, Any], field: str
+) -> None:
+    """A key column holding Debezium's unchanged-TOAST placeholder names no row: the event is
+    refused with its index and field (a 4xx), not staged under the placeholder."""
+    with pytest.raises(EventError) as raised:
+        parse_events(
+            [_change("c", after={"id": "r1", "model": "m"}), _change(op, **parts)], COLUMNS, KEYS
+        )
+    assert raised.value.context["index"] == 1 and raised.value.context["field"] == field
