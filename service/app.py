@@ -22,6 +22,7 @@ from service.api.routes import (
     cdc,
     corpus,
     curations,
+    docs,
     episodes,
     health,
     manifests,
@@ -65,6 +66,8 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         version="0.1.0",
         description="Curation and manifest service for robot-learning data.",
         lifespan=_lifespan,
+        docs_url=None,  # served by routes/docs.py from local assets
+        redoc_url=None,
     )
     context = ServiceContext(settings)
     app.state.context = context
@@ -84,8 +87,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         corpus.router,
         episodes.router,
         cdc.router,
+        docs.router,
     ):
         app.include_router(router)
+    docs.mount_assets(app)
     document_problems(app)
     for domain in (ServiceError, CurationError):
         app.add_exception_handler(domain, _service_problem)  # type: ignore[arg-type]
