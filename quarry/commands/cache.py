@@ -69,11 +69,17 @@ def _cache_errors() -> Iterator[None]:
 
 
 def open_cache(settings: Settings, capacity: int | None) -> NodeCache:
-    """The state folder's cache with ``capacity`` bytes, or the capacity it last recorded."""
+    """The state folder's cache with ``capacity`` bytes, or the capacity it last recorded;
+    warns on stderr when the disk cannot hold that capacity (the cache then stays within what
+    it can hold)."""
     root = settings.paths.cache
     if capacity is None:
         capacity = NodeCache(CacheConfig(root=root)).recorded_capacity() or DEFAULT_CAPACITY
-    return NodeCache(CacheConfig(root=root, capacity_bytes=capacity))
+    cache = NodeCache(CacheConfig(root=root, capacity_bytes=capacity))
+    warning = cache.status().capacity_warning
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
+    return cache
 
 
 @click.group()
@@ -168,7 +174,12 @@ def _describe_status(status: CacheStatus) -> str:
     return "\n".join(
         [
             f"cache      {status.root}",
-            f"capacity   {_size(status.capacity_bytes)}",
+            f"capacity   {_size(status.capacity_bytes)}"
+            + (
+                f" (effective {_size(status.effective_capacity_bytes)})"
+                if status.capacity_warning
+                else ""
+            ),
             f"used       {_size(status.used_bytes)} ({share:.1%})",
             f"objects    {status.objects} local, {status.preparing} preparing, "
             f"{status.pinned} pinned",
