@@ -28,6 +28,7 @@ from manifests.manifest import open_manifest
 from quarry.client import node_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.errors import QuarryError
+from quarry.progress import Progress
 from quarry.settings import Settings
 
 DEFAULT_CAPACITY = CacheConfig.model_fields["capacity_bytes"].default
@@ -93,7 +94,11 @@ def cache() -> None:
 @click.option("--manifest", "manifest_id", required=True, help="Manifest ID to warm from.")
 @click.option("--capacity", type=BYTES, default=None, help="Cache capacity (default: as recorded).")
 @click.option("--threads", type=click.IntRange(1, 256), default=8, help="Parallel downloads.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Progress on stderr (a bar on a terminal, plain lines otherwise).",
+)
 def warm(
     state_dir: Path | None,
     as_json: bool,
@@ -108,7 +113,8 @@ def warm(
     with _cache_errors():
         node_cache = open_cache(settings, capacity)
         refs = manifest_refs(open_manifest(manifest_path))
-        report = warm_cache(node_cache, refs, threads=threads, progress=progress)
+        with Progress("warm", "B", enabled=progress) as hook:
+            report = warm_cache(node_cache, refs, threads=threads, progress=hook)
     payload = {"manifest_id": manifest_id, **asdict(report)}
     emit(payload, as_json, _describe_warm(payload))
     if report.failed:
