@@ -80,4 +80,5 @@ class Settings(FollowerSettings):
             manifest_dir=paths.manifests,
             url_file=paths.service_url,
             cdc_status=paths.cdc_status,
+            port_file=paths.service_port,
         )

@@ -35,6 +35,8 @@ class ServiceSettings(BaseModel):
     :param manifest_dir: folder of the manifest files the service builds and serves.
     :param url_file: where the service publishes the URL it bound.
     :param cdc_status: the CDC follower's status file (read for ``/metrics``).
+    :param port_file: where the service remembers the port it bound, to take it again at the
+        next start when ``service.port`` is 0 (none: any free port each time).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -46,3 +48,4 @@ class ServiceSettings(BaseModel):
     manifest_dir: Path
     url_file: Path
     cdc_status: Path
+    port_file: Path | None = None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
 
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.errors import StackError
 from quarry.stack.lifecycle import Stack, StackStatus
 
 
@@ -63,7 +65,16 @@ def serve(state_dir: Path | None, host: str | None, port: int | None) -> None:
         settings.service.host = host
     if port is not None:
         settings.service.port = port
-    run_server(settings.service_settings())
+    try:
+        run_server(settings.service_settings())
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        where = f"{settings.service.host}:{settings.service.port}"
+        raise StackError(
+            f"port {where} is taken; pick another with --port or QUARRY_SERVICE__PORT "
+            "(0, the default, takes the service's last port or any free one)"
+        ) from None
 
 
 def register(group: click.Group) -> None:

@@ -44,6 +44,11 @@ class StatePaths(NodeLayout):
         return self.root / "run"
 
     @property
+    def service_port(self) -> Path:
+        """The port the service bound last; it takes it again at its next start if free."""
+        return self.root / "service.port"
+
+    @property
     def service_url(self) -> Path:
         """The URL the service bound, published once it listens."""
         return self.run / "service.url"
