@@ -94,3 +94,14 @@ class StatePaths(NodeLayout):
             self.run,
         ):
             folder.mkdir(parents=True, exist_ok=True)
+
+
+def find_state_dir(start: Path, name: str = ".quarry") -> Path | None:
+    """The nearest ``name/`` folder that holds a stack (its ``stack.json``), in ``start`` or
+    a parent of it, as the exploration notebook finds it; ``None`` when there is none."""
+    here = start.resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / name
+        if (candidate / "stack.json").is_file():
+            return candidate
+    return None
