@@ -95,6 +95,19 @@ def test_a_bad_trainer_setting_is_one_line_and_exit_2(
     assert not (state / "runs").exists()  # refused before anything started
 
 
+def test_training_on_an_empty_manifest_fails_once_with_the_preflights_message(
+    state: Path,
+) -> None:
+    manifest_id = empty_manifest(state)
+    done = run_quarry(state, "train", "--manifest", manifest_id, "--steps", "5", check=False)
+    assert done.returncode == 70  # trainer.errors.ExitCode.PREFLIGHT_MANIFEST
+    output = done.stdout + done.stderr
+    assert "Traceback" not in output and "ChildFailedError" not in output
+    assert output.count('"event": "train_failed"') <= 2  # one attempt of two ranks, no restart
+    last = done.stdout.strip().splitlines()[-1]
+    assert "failed at once (not retryable) with exit status 70: manifest holds no samples" in last
+
+
 def test_bad_settings_are_one_line_naming_the_variable(state: Path) -> None:
     done = quarry_with({"QUARRY_SERVICE__PORT": "abc"}, state, "status")
     assert_one_line(done, 2, "service.port", "QUARRY_SERVICE__PORT")
