@@ -14,7 +14,20 @@ from typing import NoReturn
 
 import click
 
-from quarry.commands import cache, cdc, curate, demo, episodes, ingest, stack, tokens, train
+from quarry.commands import (
+    cache,
+    cdc,
+    corpus,
+    curate,
+    demo,
+    episodes,
+    ingest,
+    labels,
+    sql,
+    stack,
+    tokens,
+    train,
+)
 from quarry.commands._common import STATE_DIR_KEY
 from quarry.exits import EXIT_CODES, INTERRUPTED, UNEXPECTED, explain, one_line, record_unexpected
 
@@ -28,7 +41,20 @@ def cli(debug: bool) -> None:
     """Quarry: from robot recordings to training batches, through SQL."""
 
 
-for _module in (stack, ingest, episodes, cdc, curate, cache, train, demo, tokens):
+for _module in (
+    stack,
+    ingest,
+    episodes,
+    labels,
+    cdc,
+    curate,
+    sql,
+    corpus,
+    cache,
+    train,
+    demo,
+    tokens,
+):
     _module.register(cli)
 
 

@@ -33,3 +33,32 @@ def build_settings(state_dir: Path | None) -> Settings:
 
 def emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
     click.echo(json.dumps(payload, indent=2, default=str) if as_json else text)
+
+
+def table(headers: list[str], rows: list[list[Any]]) -> str:
+    """``rows`` under ``headers`` in columns as wide as their widest cell; numbers to the
+    right, ``None`` as ``-``."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    numeric = [all(_is_number(row[i]) for row in rows) and bool(rows) for i in range(len(headers))]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in cells:
+        parts = [
+            c.rjust(w) if n else c.ljust(w) for c, w, n in zip(row, widths, numeric, strict=True)
+        ]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
