@@ -65,6 +65,10 @@ def test_a_killed_service_is_one_line_and_exit_3(state: Path) -> None:
             ("manifests", "list"),
             ("curate", "--sql", "SELECT id FROM episodes"),
             ("curate", "--preview", "--sql", "SELECT id FROM episodes"),
+            ("episodes", "list"),
+            ("labels", "list", MISSING_ID[:8] + "-0000-0000-0000-000000000000"),
+            ("sql", "SELECT 1"),
+            ("stats",),
         ):
             done = run_quarry(state, *args, check=False)
             assert_one_line(done, UNAVAILABLE, f"cannot reach the service at {url}", "quarry up")
