@@ -204,3 +204,56 @@ class RetractionPublic(BaseModel):
     status: Literal["retracted"]
     already_retracted: bool
     manifests: list[ManifestRef] = Field(description="existing manifests that hold the episode")
+
+
+class EpisodeSummary(BaseModel):
+    """One episode as the operational database holds it (retracted ones included)."""
+
+    id: str
+    robot_id: str
+    task_id: str
+    site: str
+    operator: str
+    started_at: datetime = Field(description="wall clock")
+    start_ns: int = Field(description="log time, integer nanoseconds")
+    end_ns: int
+    steps: int
+    success: bool
+    status: Literal["active", "retracted"]
+    pipeline_version: int
+
+
+class EpisodePage(BaseModel):
+    items: list[EpisodeSummary]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class RetractionEntry(BaseModel):
+    reason: str
+    author: str
+    created_at: datetime
+
+
+class EpisodeDetail(EpisodeSummary):
+    """An episode with its container, stamps, quality flags and retraction log."""
+
+    ended_at: datetime
+    control_hz: float
+    uri: str
+    size_bytes: int
+    sha256: str
+    topics: list[dict[str, Any]]
+    schema_version: int
+    robot_sw_version: str
+    created_at: datetime
+    updated_at: datetime
+    quality_flags: list[str]
+    labels: int = Field(description="how many labels it carries")
+    manifests: int = Field(description="how many registered manifests hold it")
+    retractions: list[RetractionEntry] = Field(description="who retracted it, when, why")
+
+
+class RestorationPublic(BaseModel):
+    episode_id: str
+    status: Literal["active"]
+    already_active: bool

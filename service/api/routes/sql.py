@@ -14,13 +14,18 @@ from pydantic import BaseModel, Field
 
 from curation.guard import MAX_SQL_BYTES, CheckedQuery, CurationRefusedError, check_curation
 from service.api.deps import Context, Reader
-from service.api.encoding import ARROW_STREAM, column_types, json_rows, to_ipc_stream
+from service.api.encoding import (
+    ARROW_STREAM,
+    SNAPSHOT_HEADER,
+    column_types,
+    json_rows,
+    to_ipc_stream,
+)
 from service.api.problems import problem_responses
 from service.errors import BadRequestError, NotFoundError
 from warehouse.base import CURATION_VIEWS, Warehouse
 
 router = APIRouter(prefix="/v1/sql", tags=["sql"])
-SNAPSHOT_HEADER = "X-Quarry-Snapshot-Id"
 _VIEWS = frozenset(CURATION_VIEWS)
 
 
