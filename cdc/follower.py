@@ -52,8 +52,9 @@ def follow(
 
     Takes the initial snapshot when the warehouse has no position (or ``config.resnapshot``),
     then streams. Retryable errors (source or warehouse unreachable) are retried with backoff
-    and reported in the status file; terminal ones (preflight, a dropped slot) are written to
-    the status file and raised.
+    and reported; terminal ones (preflight, a dropped slot) are reported and raised. Reports
+    go to the source's ``cdc_writers`` table (``cdc/liveness.py``) and, when given, the
+    ``status_path`` file.
     """
     Follower(source_dsn, warehouse, config, status_path, on_batch).run(stop)
 
