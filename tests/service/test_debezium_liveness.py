@@ -10,9 +10,11 @@ import itertools
 import json
 import os
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +98,28 @@ def post(fed: Fed, robot_id: str, *, age_s: float = 0.0) -> None:
     assert response.status_code == 200, response.text
 
 
+@contextmanager
+def feeding(fed: Fed, every_s: float = INTERVAL_S / 4) -> Iterator[None]:
+    """Debezium posting a change every ``every_s`` seconds until the block ends (the first
+    one before it starts)."""
+    stop = threading.Event()
+    count = itertools.count()
+    post(fed, "r-feed-start")
+
+    def run() -> None:
+        with httpx.Client(base_url=str(fed.api.base_url), headers=fed.api.headers) as api:
+            while not stop.wait(every_s):
+                post(replace(fed, api=api), f"r-feed-{next(count)}")
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+
+
 def readyz(fed: Fed) -> dict[str, Any]:
     body = fed.api.get("/readyz").json()
     assert body["ready"] and body["checks"]["postgres"]["ok"]
@@ -139,13 +163,14 @@ def test_debezium_feed_streams_then_stalls_with_its_last_error(fed: Fed) -> None
     assert before["state"] == "down" and before["ok"] is False and before["required"] is False
     assert before["reason"] == "the warehouse has no CDC position: nothing has fed it"
 
-    post(fed, "r-live-1")
-    live = readyz(fed)
-    assert live["state"] == "streaming" and live["ok"] and live["kind"] == "debezium"
-    assert live["slot"] == f"debezium:{CONNECTOR}" and live["connected"] is None
-    assert metrics_state(fed) == ("streaming", 1.0)
-    code, doc = cli_status(fed)
-    assert code == 0 and doc["state"] == "streaming" and doc["slot"] == f"debezium:{CONNECTOR}"
+    with feeding(fed):
+        live = readyz(fed)
+        assert live["state"] == "streaming" and live["ok"] and live["kind"] == "debezium"
+        assert live["slot"] == f"debezium:{CONNECTOR}" and live["connected"] is None
+        assert metrics_state(fed) == ("streaming", 1.0)
+        code, doc = cli_status(fed)
+        assert code == 0 and doc["state"] == "streaming"
+        assert doc["slot"] == f"debezium:{CONNECTOR}"
 
     posted_at = time.monotonic()
     while (stalled := readyz(fed))["state"] != "stalled":
