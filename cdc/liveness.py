@@ -364,8 +364,9 @@ class Reporter:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(self._interval + 2 * _CONNECT_TIMEOUT_S)
-        self._send()
-        self._drop()
+        if not self._thread.is_alive():  # else it still holds the connection: skip the last
+            self._send()
+            self._drop()
 
 
 def _round(value: float | None) -> float | None:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,8 @@ import psycopg
 import pytest
 
 from cdc.config import CdcConfig
+from cdc.errors import PreflightError
+from cdc.follower import follow
 from cdc.liveness import Liveness, Observation, WriterRow, judge, liveness_at
 from tests.cdc.conftest import seed, wait_until
 from tests.fixtures.stack import QUARRY
@@ -227,3 +230,20 @@ def test_a_position_that_stops_advancing_behind_the_wal_is_stalled(
             f"its position {format_lsn(position)} has not advanced for 31.0 s (more than 30 s)"
             f" while the source's WAL is at {format_lsn(position + 64)}"
         )
+
+
+def test_a_source_without_the_reports_table_is_refused_at_preflight(
+    pg_conn: psycopg.Connection[Any],
+    pg_dsn: str,
+    warehouse: DuckLakeWarehouse,
+    cdc_config: CdcConfig,
+) -> None:
+    pg_conn.execute("DROP TABLE cdc_writers")
+    with pytest.raises(PreflightError, match=r"cdc_writers does not exist .* migrations"):
+        follow(pg_dsn, warehouse, cdc_config, threading.Event())
+    assert warehouse.position() is None  # refused before anything was taken
+    live = liveness_at(pg_dsn, cdc_config.slot)
+    assert live.state == "down" and live.reason is not None
+    assert live.reason.endswith(
+        "table cdc_writers is missing: apply Quarry's migrations (sql/postgres/)"
+    )
