@@ -7,7 +7,7 @@ import hashlib
 import json
 import tempfile
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from curation.compose import (
     probe_query,
     stats_query,
 )
+from curation.freshness import LagBound, check_lag, warehouse_lag_s
 from curation.guard import CheckedQuery, CurationRefusedError, check_curation
 from curation.norm import norm_stats
 from episodes.errors import EpisodeError
@@ -76,6 +77,7 @@ class CurationSource(Protocol):
 class CurationLimits:
     timeout_s: float = 30.0
     max_rows: int = 50_000_000
+    lag: LagBound = field(default_factory=LagBound)
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,11 @@ class CurationRequest:
 
 @dataclass(frozen=True)
 class CurationResult:
+    """A built or reused manifest. ``warehouse_lag_s``: seconds the warehouse's data was
+    behind the source when this curation pinned its snapshot (``None``: unknown; see
+    :mod:`curation.freshness`); ``lag_warning``: why that is past the bound, when the bound
+    warns instead of refusing."""
+
     manifest_id: str
     rows: int
     samples: int
@@ -94,6 +101,8 @@ class CurationResult:
     snapshot_id: int
     reused: bool
     path: Path
+    warehouse_lag_s: float | None = None
+    lag_warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +112,8 @@ class CurationResult:
             "size_bytes": self.size_bytes,
             "snapshot_id": self.snapshot_id,
             "reused": self.reused,
+            "warehouse_lag_s": self.warehouse_lag_s,
+            "lag_warning": self.lag_warning,
         }
 
 
@@ -145,13 +156,17 @@ def run_curation(
     scope: CancelScope | None = None,
 ) -> CurationResult:
     """Build (or reuse) the manifest of ``request`` and register it in Postgres. A cancelled
-    ``scope`` stops the build at its next query (or interrupts the running one)."""
+    ``scope`` stops the build at its next query (or interrupts the running one). The pinned
+    snapshot's warehouse lag is measured first and held to ``limits.lag``: past a refusing
+    bound nothing is built (:class:`~curation.errors.WarehouseLagError`)."""
     checked, spec = check_request(request)
     snapshot, version = pin(checked, source)
+    lag = warehouse_lag_s(source.position(at=snapshot), conn)
+    warning = check_lag(lag, limits.lag, snapshot)
     key = reuse_key(checked, spec, version)
     existing = _find_reusable(conn, key)
     if existing is not None:
-        return existing
+        return replace(existing, warehouse_lag_s=lag, lag_warning=warning)
     info, meta, episode_ids = build_at(checked, spec, snapshot, source, limits, manifest_dir, scope)
     result = CurationResult(
         info.manifest_id,
@@ -161,6 +176,8 @@ def run_curation(
         snapshot,
         False,
         info.path,
+        lag,
+        warning,
     )
     if scope is not None:
         scope.check()

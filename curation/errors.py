@@ -38,3 +38,11 @@ class BadRequestError(CurationError):
 
     title = "Bad request"
     status = 400
+
+
+class WarehouseLagError(CurationError):
+    """The warehouse's data is further behind the source than the curation bound allows."""
+
+    title = "Warehouse too far behind"
+    status = 409
+    retryable = True

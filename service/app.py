@@ -72,7 +72,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     context = ServiceContext(settings)
     app.state.context = context
     app.state.tokens = TokenCache(context.connect, settings.service.token_cache_s)
-    app.state.metrics = ServiceMetrics(settings.cdc_status)
+    app.state.metrics = ServiceMetrics(context.cdc_liveness)
     app.state.health_threads = anyio.CapacityLimiter(4)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.service.max_body_bytes, limits=_BODY_LIMITS

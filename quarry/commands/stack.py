@@ -15,7 +15,9 @@ from quarry.stack.lifecycle import Stack, StackStatus
 def _describe(status: StackStatus) -> str:
     lines = [f"state dir   {status.state_dir}", f"service url {status.service_url or '-'}"]
     for name, part in status.parts.items():
-        mark = "healthy" if part.healthy else f"DOWN ({part.detail.get('error', 'unhealthy')})"
+        label = "STALLED" if part.detail.get("state") == "stalled" else "DOWN"
+        error = part.detail.get("error", "unhealthy")
+        mark = "healthy" if part.healthy else f"{label} ({error})"
         lines.append(f"{name:<11} {mark}")
         if not part.healthy and part.detail.get("log"):
             lines.append(f"{'':<11} see {part.detail['log']}")

@@ -95,6 +95,16 @@ class CurationPublic(BaseModel):
     reused: bool
     manifest_url: str
     arrow_url: str
+    warehouse_lag_s: float | None = Field(
+        default=None,
+        description="seconds the warehouse's data was behind the source when the snapshot "
+        "was pinned, at most (null: unknown)",
+    )
+    lag_warning: str | None = Field(
+        default=None,
+        description="why the lag is past curation.max_lag_s, when on_lag is warn (also the "
+        "Quarry-Lag-Warning header)",
+    )
 
 
 class ManifestPublic(BaseModel):

@@ -23,7 +23,6 @@ def settings(folder: Path, port: int = 0) -> ServiceSettings:
         operational_dsn=SecretStr("host=/nowhere"),
         manifest_dir=folder / "manifests",
         url_file=folder / "run" / "service.url",
-        cdc_status=folder / "run" / "cdc-status.json",
         port_file=folder / "service.port",
     )
 
