@@ -16,7 +16,7 @@ from mcap.records import Message
 from mcap.stream_reader import StreamReader
 
 from episodes._scan import SALVAGE_HINT, scan_file
-from episodes.errors import ContainerError
+from episodes.errors import ContainerError, TopicError
 from episodes.foreign import ingest_mcap, read_recording
 from episodes.mapping import mapping_from_dict
 from episodes.quality import TRUNCATED
@@ -106,3 +106,15 @@ def test_survey_describes_the_damage(intact: Path, tmp_path: Path) -> None:
     info = survey(damaged)
     assert info["damage"]["offset"] == scan_file(damaged, salvage=True).damage.offset  # type: ignore[union-attr]
     assert not info["indexed"]["summary"] and info["messages"] == mcap_stream_messages(damaged)
+
+
+def test_salvage_with_no_whole_camera_message_registers_nothing(
+    pg_conn: psycopg.Connection[Any], intact: Path, tmp_path: Path
+) -> None:
+    stub = tmp_path / "stub.mcap"
+    stub.write_bytes(intact.read_bytes()[:3000])  # header and schemas, no whole chunk
+    before = pg_conn.execute("SELECT count(*) FROM episodes").fetchone()
+    with pytest.raises(TopicError) as caught:
+        ingest_mcap(pg_conn, tmp_path, [stub], mapping=MAPPING, salvage=True)
+    assert caught.value.file == str(stub) and "camera" in caught.value.message
+    assert pg_conn.execute("SELECT count(*) FROM episodes").fetchone() == before

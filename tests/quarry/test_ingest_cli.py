@@ -158,6 +158,10 @@ def test_inspect_a_foreign_recording_and_ingest_its_suggested_mapping(
     assert code == 0 and out["registered"] == 1
     assert "actions_derived" in out["results"][0]["flags"]
     assert curated_rows(state, "SELECT * FROM episodes WHERE robot_id = 'ros-arm-03'") == 1
+    robot: dict[str, Any] = {"robots": ["ros-arm-03"]}
+    for filters, want in ((robot, 1), ({**robot, "exclude_flags": ["actions_derived"]}, 0)):
+        seen = run_json(state, "curate", "--filters", json.dumps(filters), "--preview")
+        assert seen["totals"]["episodes"] == want
     refused = run_quarry(
         state,
         "episodes",
