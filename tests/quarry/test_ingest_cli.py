@@ -14,6 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from episodes.survey import survey
+from quarry.commands._recording import write_mapping
+from quarry.errors import BadInputError
 from quarry.settings import Settings
 from quarry.stack.postgres import OPERATIONAL_DB, EmbeddedPostgres
 from tests.episodes.foreign_files import (
@@ -196,6 +199,14 @@ def test_ingest_mcap_salvage(state: Path, recordings: dict[str, Path]) -> None:
     assert row is not None and row[0]["salvage"]["offset"] == damage["offset"]
 
 
-def test_help_names_the_new_options(state: Path) -> None:
+def test_help_and_bad_input_of_the_new_options(
+    state: Path, recordings: dict[str, Path], tmp_path: Path
+) -> None:
     assert "--salvage" in run_quarry(state, "ingest", "mcap", "--help").stdout
     assert "--suggest-mapping" in run_quarry(state, "episodes", "inspect", "--help").stdout
+    not_mcap = recordings["folder"] / "ros2.json"
+    done = run_quarry(state, "episodes", "inspect", str(not_mcap), check=False)
+    assert done.returncode == 2 and "not an MCAP file" in done.stderr
+    assert str(not_mcap) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    with pytest.raises(BadInputError, match="cannot write the mapping"):
+        write_mapping(survey(recordings["bare"]), tmp_path / "no-such-folder" / "m.toml")
