@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from mcap.records import Message
 from mcap.stream_reader import StreamReader
+from mcap.writer import IndexType
 
 from episodes._scan import SALVAGE_HINT, scan_file
 from episodes.errors import ContainerError, TopicError
@@ -22,7 +23,12 @@ from episodes.mapping import mapping_from_dict
 from episodes.quality import TRUNCATED
 from episodes.survey import survey
 
-from .foreign_files import SALVAGE_CONFIG, source_episode, write_ros2_without_actions
+from .foreign_files import (
+    SALVAGE_CONFIG,
+    source_episode,
+    write_foxglove,
+    write_ros2_without_actions,
+)
 
 MAPPING = mapping_from_dict({"robot": "ros-arm-06", "task": "stack"})
 
@@ -118,3 +124,14 @@ def test_salvage_with_no_whole_camera_message_registers_nothing(
         ingest_mcap(pg_conn, tmp_path, [stub], mapping=MAPPING, salvage=True)
     assert caught.value.file == str(stub) and "camera" in caught.value.message
     assert pg_conn.execute("SELECT count(*) FROM episodes").fetchone() == before
+
+
+def test_salvage_of_an_unchunked_file_keeps_every_whole_message(tmp_path: Path) -> None:
+    bare = dict(use_chunking=False, use_statistics=False, use_summary_offsets=False)
+    bare |= dict(index_types=IndexType.NONE, repeat_channels=False, repeat_schemas=False)
+    whole = write_foxglove(tmp_path / "bare.mcap", source_episode(seed=3), **bare)
+    damaged = cut(whole, tmp_path, whole.stat().st_size // 3)
+    rec = scan_file(damaged, salvage=True)
+    kept = sum(len(m) for m in rec.messages.values())
+    assert rec.chunks == [] and kept == mcap_stream_messages(damaged) > 0
+    assert rec.damage is not None and rec.damage.offset < damaged.stat().st_size
