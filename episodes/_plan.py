@@ -3,8 +3,11 @@
 Topics named in the mapping keep their role. With ``auto`` on (the default), every topic with
 an image schema becomes a camera when the mapping names no camera, and a lone
 ``sensor_msgs/msg/JointState`` topic gives joint positions (``position``) and, when recorded,
-joint velocities (``velocity``) when the mapping names neither. A camera, joint positions and
-actions are required.
+joint velocities (``velocity``) when the mapping names neither. A camera and joint positions
+are required; actions come from the topic the mapping names, and when it names none they are
+derived from the joint positions (:func:`episodes._streams.derive_actions`). A recording
+with an unmapped topic that looks like commands (:func:`episodes.suggest.command_topics`) is
+refused instead, unless the mapping sets ``derive_actions``: its actions were recorded.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from ._scan import Recording
 from .episode import ACTIONS, CAMERA, GRIPPER, JOINT_POSITIONS, JOINT_VELOCITIES
 from .errors import EpisodeError, SchemaError, TopicError
 from .mapping import FieldStep, Mapping, TopicRole, parse_field
+from .suggest import command_topics
 
-REQUIRED_ROLES = (CAMERA, JOINT_POSITIONS, ACTIONS)
+REQUIRED_ROLES = (CAMERA, JOINT_POSITIONS)
 #: Container topic of each vector role unless the mapping names one.
 DEFAULT_TOPICS = {
     JOINT_POSITIONS: "/state/joint_positions",
@@ -80,7 +84,21 @@ def plan_topics(rec: Recording, mapping: Mapping) -> list[Planned]:
     planned = [_plan_one(rec, entry, decoders, entry.role in optional) for entry in roles]
     planned.sort(key=lambda p: (p.role != CAMERA, p.topic))
     _check_required(rec, planned)
+    _check_actions(rec, planned, mapping)
     return planned
+
+
+def _check_actions(rec: Recording, planned: list[Planned], mapping: Mapping) -> None:
+    if mapping.derive_actions or any(p.role == ACTIONS for p in planned):
+        return
+    commands = command_topics(rec, {p.source for p in planned})
+    if commands:
+        raise TopicError(
+            f"no topic for the required role {ACTIONS!r}: {commands} look like commands; "
+            "name one in the mapping (role 'actions'), or set derive_actions = true to "
+            "derive the actions from the joint positions",
+            file=rec.name,
+        )
 
 
 def _topics_of(rec: Recording, schemas: set[str]) -> set[str]:

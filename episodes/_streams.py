@@ -5,6 +5,16 @@ whose payload does not decode is left out and counted (cameras) or refused (vect
 silent hole would pass for data); a message that lacks the mapped field, or whose image or
 vector shape differs from the topic's first message, is a :class:`SchemaError` naming the
 file, topic and byte offset of the record holding it.
+
+A recording with no actions topic gets actions derived from its joint positions by one rule:
+the action at a joint-position sample is the joint positions of the next control step, i.e.
+of the sample nearest to ``t + 1 / control_hz`` among the later ones (``control_hz``: the
+mapping's, else the joint positions' rate, so by default simply the next sample). A sample
+whose next step was not recorded (none less than half a control period from ``t + 1 /
+control_hz``: the last ones, and those before a gap) gets no action. The actions keep the
+joint names with a ``_next`` suffix and the joint positions' rate;
+:attr:`Streams.derived_from` names the source topic, and ingest raises the ``actions_derived``
+QC flag.
 """
 
 from __future__ import annotations
@@ -16,9 +26,16 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _formats as fmt
-from ._plan import Planned
+from ._plan import DEFAULT_TOPICS, Planned
 from ._scan import RawMessage, Recording
-from .episode import CAMERA, JOINT_VELOCITIES, CameraStream, VectorStream
+from .episode import (
+    ACTIONS,
+    CAMERA,
+    JOINT_POSITIONS,
+    JOINT_VELOCITIES,
+    CameraStream,
+    VectorStream,
+)
 from .errors import DecodeError, EpisodeError, InputError, SchemaError, TopicError
 from .mapping import Mapping
 
@@ -36,6 +53,8 @@ class Streams:
     failures: dict[str, int] = field(default_factory=dict)
     measured_hz: dict[str, float] = field(default_factory=dict)
     profile: str = ""
+    #: the recorded topic actions were derived from, when the recording has none.
+    derived_from: str | None = None
 
 
 def read_streams(rec: Recording, planned: list[Planned], mapping: Mapping) -> Streams:
@@ -52,7 +71,43 @@ def read_streams(rec: Recording, planned: list[Planned], mapping: Mapping) -> St
             exc.file = exc.file or rec.name
             exc.topic = exc.topic or plan.source
             raise
+    if not any(v.kind == ACTIONS for v in out.vectors):
+        positions = next(v for v in out.vectors if v.kind == JOINT_POSITIONS)
+        out.vectors.append(derive_actions(positions, mapping.control_hz, rec.name))
+        out.vectors.sort(key=lambda v: v.topic)
+        out.derived_from = next(p.source for p in planned if p.role == JOINT_POSITIONS)
     return out
+
+
+def derive_actions(
+    positions: VectorStream, control_hz: float | None, name: str = ""
+) -> VectorStream:
+    """Actions from joint positions: the next control step's positions (module docstring)."""
+    order = np.argsort(positions.timestamps_ns, kind="stable")
+    times, values = positions.timestamps_ns[order], positions.values[order]
+    count, own = len(times), np.arange(len(times))
+    period = round(1e9 / (control_hz or positions.rate_hz))
+    target = times + period
+    # The samples either side of t + period, both later than the sample itself.
+    after = np.maximum(np.searchsorted(times, target), own + 1)
+    before = np.maximum(after - 1, own + 1)
+    gap_after = np.abs(times[np.minimum(after, count - 1)] - target)
+    gap_before = np.abs(times[np.minimum(before, count - 1)] - target)
+    pick = np.where((after < count) & (gap_after < gap_before), after, before)
+    keep = pick < count
+    keep[keep] = 2 * np.abs(times[pick[keep]] - target[keep]) < period
+    if keep.sum() < 2:
+        raise TopicError(
+            "too few joint positions to derive actions from", file=name, topic=positions.topic
+        )
+    return VectorStream(
+        DEFAULT_TOPICS[ACTIONS],
+        ACTIONS,
+        positions.rate_hz,
+        tuple(f"{n}_next" for n in positions.names),
+        times[keep],
+        values[pick[keep]],
+    )
 
 
 def _time(message: Any, raw: RawMessage, mapping: Mapping) -> int:

@@ -4,7 +4,9 @@
 
 1. hashes it; the episode id is UUIDv5 of the SHA-256, so a file ingested twice is skipped;
 2. scans every record (any chunking; CRCs checked), refusing a truncated or corrupt file
-   with a :class:`~episodes.errors.ContainerError` naming the file and byte offset;
+   with a :class:`~episodes.errors.ContainerError` naming the file and byte offset; with
+   ``salvage``, a file cut off at the tail gives the whole records before the cut, as
+   ``mcap recover`` does (:mod:`episodes._scan`), and the ``truncated`` QC flag;
 3. picks the topics (:mod:`episodes._plan`, :mod:`episodes.mapping`) and decodes them: ROS 2
    ``sensor_msgs/msg/CompressedImage``/``Image``/``JointState`` (CDR, decoded with
    mcap-ros2-support) and Foxglove's JSON ``foxglove.CompressedImage``/``RawImage``;
@@ -20,6 +22,8 @@
 6. writes the Quarry container (grouped topics, H.264 with the pinned encoder settings),
    computes QC flags and statistics from it, and registers it like a synthetic episode.
    Frames that fail to decode in the source are left out and raise ``decode_failure``.
+   A recording with no actions topic gets actions derived from its joint positions (the next
+   control step's, :func:`episodes._streams.derive_actions`) and the ``actions_derived`` flag.
 
 The episode spans ``[first message, last message]`` extended to a whole number of control
 periods. Stamps: the mapping's (or the CLI's), else ``SCHEMA_VERSION``, ``PIPELINE_VERSION``
@@ -38,14 +42,14 @@ from typing import Any
 
 import psycopg
 
-from ._plan import Planned, plan_topics
-from ._scan import scan_file
+from ._plan import DEFAULT_TOPICS, Planned, plan_topics
+from ._scan import Damage, scan_file
 from ._streams import Streams, read_streams
 from .episode import ACTIONS, PIPELINE_VERSION, SCHEMA_VERSION, EpisodeData, Stamps
 from .errors import InputError, SourceError
 from .ingest import IngestResult, existing_result, register, store_episode
 from .mapping import Mapping
-from .quality import DECODE_FAILURE, QualityReport
+from .quality import ACTIONS_DERIVED, DECODE_FAILURE, TRUNCATED, QualityReport
 from .registry import registered_ids
 from .writer import WriteOptions
 
@@ -58,11 +62,16 @@ MAX_EPISODE_S = 24 * 3600.0
 class ForeignEpisode:
     """A foreign recording read into memory: the episode and what could not be decoded.
 
-    ``source_failures`` maps a container topic to the number of its frames left out.
+    ``source_failures`` maps a container topic to the number of its frames left out;
+    ``derived_from`` is the topic actions were derived from (none recorded), ``damage`` where
+    a salvaged file was cut off, and ``salvaged`` counts what was kept of it.
     """
 
     episode: EpisodeData
     source_failures: dict[str, int] = field(default_factory=dict)
+    derived_from: str | None = None
+    damage: Damage | None = None
+    salvaged: dict[str, int] = field(default_factory=dict)
 
 
 def recording_id(sha256: str) -> str:
@@ -88,25 +97,31 @@ def ingest_mcap(
     task: str | None = None,
     mapping: Mapping | None = None,
     progress: Callable[[int, int], None] | None = None,
+    salvage: bool = False,
 ) -> list[IngestResult]:
     """Ingest foreign MCAP recordings (module docstring); one result per path, in order.
 
     ``robot`` and ``task`` override the mapping's. The first bad file raises its
     :class:`~episodes.errors.EpisodeError`; files before it stay registered (one transaction
     per episode), so a re-run after fixing it skips them. ``progress(done, total)`` counts
-    files.
+    files; ``salvage`` ingests what is whole of files cut off at the tail.
     """
     base = (mapping or Mapping()).with_overrides(robot=robot, task=task)
     results = []
     for path in paths:
-        results.append(ingest_recording(conn, objects_root, Path(path), base))
+        results.append(ingest_recording(conn, objects_root, Path(path), base, salvage=salvage))
         if progress is not None:
             progress(len(results), len(paths))
     return results
 
 
 def ingest_recording(
-    conn: psycopg.Connection[Any], objects_root: Path, path: Path, mapping: Mapping
+    conn: psycopg.Connection[Any],
+    objects_root: Path,
+    path: Path,
+    mapping: Mapping,
+    *,
+    salvage: bool = False,
 ) -> IngestResult:
     """Ingest one recording; an already registered one is reported with ``created=False``."""
     _check_identity(mapping, path)
@@ -116,20 +131,52 @@ def ingest_recording(
     episode_id = recording_id(digest)
     if registered_ids(conn, [episode_id]):
         return existing_result(conn, episode_id)
-    foreign = read_recording(path, mapping, sha256=digest)
+    foreign = read_recording(path, mapping, sha256=digest, salvage=salvage)
     prepared = store_episode(foreign.episode, objects_root, WriteOptions(window_s=mapping.window_s))
     add_source_failures(prepared.quality, foreign.source_failures)
+    add_ingest_flags(prepared.quality, foreign)
     return register(conn, prepared)
 
 
-def read_recording(path: Path, mapping: Mapping, *, sha256: str | None = None) -> ForeignEpisode:
+def read_recording(
+    path: Path, mapping: Mapping, *, sha256: str | None = None, salvage: bool = False
+) -> ForeignEpisode:
     """Scan, check and decode a recording into an :class:`EpisodeData` (not yet written)."""
     _check_identity(mapping, path)
     digest = sha256 or file_sha256(path)
-    rec = scan_file(path)
+    rec = scan_file(path, salvage=salvage)
     planned = plan_topics(rec, mapping)
     streams = read_streams(rec, planned, mapping)
-    return ForeignEpisode(_episode(path, digest, mapping, planned, streams), streams.failures)
+    salvaged = {
+        "file_size": rec.size,
+        "chunks": len(rec.chunks),
+        "messages": sum(len(m) for m in rec.messages.values()),
+    }
+    return ForeignEpisode(
+        _episode(path, digest, mapping, planned, streams),
+        streams.failures,
+        streams.derived_from,
+        rec.damage,
+        salvaged if rec.damage else {},
+    )
+
+
+def add_ingest_flags(quality: QualityReport, foreign: ForeignEpisode) -> None:
+    """Raise ``actions_derived`` and ``truncated`` where they apply; the report's ``salvage``
+    entry gives the damage's byte offset, the file's size and what was kept."""
+    if foreign.derived_from is not None:
+        quality.raise_flag(
+            ACTIONS_DERIVED, {"topic": foreign.derived_from, "rule": "next_joint_positions"}
+        )
+    if foreign.damage is not None:
+        detail = {
+            "offset": foreign.damage.offset,
+            "reason": foreign.damage.reason,
+            **foreign.salvaged,
+        }
+        quality.raise_flag(TRUNCATED, detail)
+        quality.report["salvage"] = detail
+    quality.report["flags"] = quality.flag_names
 
 
 def add_source_failures(quality: QualityReport, failures: dict[str, int]) -> None:
@@ -169,7 +216,7 @@ def _episode(
         "source": str(path.resolve()),
         "source_sha256": digest,
         "source_profile": streams.profile,
-        "source_topics": json.dumps({p.topic: p.source for p in planned}, sort_keys=True),
+        "source_topics": json.dumps(_source_topics(planned, streams), sort_keys=True),
         "measured_rates_hz": json.dumps(streams.measured_hz, sort_keys=True),
     }
     return EpisodeData(
@@ -189,6 +236,14 @@ def _episode(
         stamps=stamps_of(mapping),
         extra=extra,
     )
+
+
+def _source_topics(planned: list[Planned], streams: Streams) -> dict[str, str]:
+    """Container topic -> recorded topic; derived actions read ``derived:<topic>``."""
+    topics = {p.topic: p.source for p in planned}
+    if streams.derived_from is not None:
+        topics[DEFAULT_TOPICS[ACTIONS]] = f"derived:{streams.derived_from}"
+    return topics
 
 
 def stamps_of(mapping: Mapping) -> Stamps:

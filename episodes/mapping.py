@@ -14,6 +14,8 @@ A mapping is TOML (``.toml``) or JSON (any other suffix) with these keys, all op
     timestamps = "header"         # "header": the message's own stamp where it has a non-zero
                                   # one, else its log time; "log": always the log time
     auto = true                   # detect cameras and a lone JointState topic (see below)
+    derive_actions = false        # no actions topic mapped: derive them from the joint
+                                  # positions even when a topic looks like commands
     schema_version = 1            # stamps; defaults: this package's SCHEMA_VERSION,
     pipeline_version = 1          # PIPELINE_VERSION and "unknown"
     robot_sw_version = "2.3.1"
@@ -106,6 +108,7 @@ class Mapping:
     window_s: float = 2.0
     timestamps: str = "header"
     auto: bool = True
+    derive_actions: bool = False
     schema_version: int | None = None
     pipeline_version: int | None = None
     robot_sw_version: str | None = None
@@ -154,6 +157,7 @@ _SCALARS: dict[str, tuple[type, ...]] = {
     "window_s": (int, float),
     "timestamps": (str,),
     "auto": (bool,),
+    "derive_actions": (bool,),
     "schema_version": (int,),
     "pipeline_version": (int,),
     "robot_sw_version": (str,),

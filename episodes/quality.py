@@ -12,6 +12,14 @@ Flags (one ``episode_quality_flags`` row each when raised):
   than 3 sample periods, or (positions) one-sample jumps larger than
   ``max(0.1, 20 x median step)`` radians.
 * ``decode_failure``: camera frames that do not decode.
+
+Two more flags record how a foreign recording was ingested (:mod:`episodes.foreign`), not
+what its data looks like:
+
+* ``actions_derived``: the recording has no actions topic; its actions are the next control
+  step's joint positions (the rule in :mod:`episodes._streams`).
+* ``truncated``: the recording was cut off and ``--salvage`` ingested the whole records before
+  the cut; the detail and the report's ``salvage`` entry give the byte offset of the damage.
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ FROZEN_FRAMES = "frozen_frames"
 DROPPED_FRAMES = "dropped_frames"
 CHOPPY_JOINTS = "choppy_joints"
 DECODE_FAILURE = "decode_failure"
+ACTIONS_DERIVED = "actions_derived"
+TRUNCATED = "truncated"
 QC_VERSION = 1
 
 BLACK_MEAN, BLACK_STD, BLACK_MIN_S = 12.0, 6.0, 0.25

@@ -1,6 +1,6 @@
 """``quarry episodes list | show | retract | restore`` (through the running service, over
 the operational database: retracted episodes included) and ``quarry episodes inspect``
-(what a container holds, read from the container itself)."""
+(what a container or any other MCAP recording holds, read from the file itself)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any
 
 import click
 
-from episodes.errors import EpisodeError, SourceError
+from episodes.errors import ContainerError, EpisodeError, SourceError
 from episodes.inspection import inspect as inspect_container
+from episodes.survey import survey
 from quarry.client import ServiceClient
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit, table
+from quarry.commands._recording import describe_recording, write_mapping
 from quarry.errors import BadInputError, NotFoundError, QuarryError, StackError
 
 
@@ -99,17 +101,63 @@ def restore(state_dir: Path | None, as_json: bool, episode_id: str) -> None:
 @JSON
 @click.argument("uri")
 @click.option("--no-qc", "skip_qc", is_flag=True, help="Skip the QC pass (no frame decoding).")
-def inspect(state_dir: Path | None, as_json: bool, uri: str, skip_qc: bool) -> None:
+@click.option(
+    "--suggest-mapping",
+    "suggest_to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the mapping `ingest mcap` needs for a foreign recording (TOML for .toml, "
+    "else JSON).",
+)
+def inspect(
+    state_dir: Path | None, as_json: bool, uri: str, skip_qc: bool, suggest_to: Path | None
+) -> None:
     """Topics, rates, groups, chunks, stamps and QC flags of the container at URI.
 
-    URI is a path, a file:// URI or any fsspec URI (s3://...).
+    URI is a path, a file:// URI or any fsspec URI (s3://...). A local MCAP file that is not
+    a Quarry container (ROS 2, Foxglove, ...) is described as `mcap info` does: topics,
+    schemas and encodings, message counts, rates, time range, chunks, compression, whether
+    it is indexed, and the mapping `ingest mcap` would use. A recording cut off at the tail
+    is described up to the cut, and the exit code is 2.
     """
     del state_dir  # accepted like every command's; a container is read where it lies
     try:
         described = inspect_container(uri, quality=not skip_qc)
     except EpisodeError as error:
-        raise service_error(error) from error
+        local = Path(uri.removeprefix("file://"))
+        if not local.is_file():
+            raise service_error(error) from error
+        _inspect_recording(local, error, as_json, suggest_to)
+        return
+    if suggest_to is not None:
+        raise BadInputError(
+            f"{uri} is a Quarry container, which needs no mapping: --suggest-mapping is for "
+            "other recordings"
+        )
     emit(described, as_json, describe(described))
+
+
+def _inspect_recording(
+    path: Path, quarry_error: EpisodeError, as_json: bool, suggest_to: Path | None
+) -> None:
+    """Describe a foreign recording; a damaged Quarry container keeps its own error."""
+    try:
+        described = survey(path)
+    except EpisodeError as error:
+        raise service_error(error) from error
+    if described["format"] == "quarry":
+        raise service_error(quarry_error) from quarry_error
+    if suggest_to is not None:
+        write_mapping(described, suggest_to)
+    emit(described, as_json, describe_recording(described))
+    damage = described["damage"]
+    if damage is not None:
+        cut = ContainerError(
+            f"recording truncated: {damage['reason']}; `quarry ingest mcap --salvage` "
+            "ingests the whole records before it",
+            file=str(path),
+            offset=damage["offset"],
+        )
+        raise service_error(cut)
 
 
 def describe_episode(ep: dict[str, Any]) -> str:

@@ -105,17 +105,25 @@ def _summarize(
 @click.option("--robot-sw-version", help='Stamp (default: the mapping\'s, else "unknown").')
 @click.option("--pipeline-version", type=int, help="Stamp (default: this Quarry's).")
 @click.option("--schema-version", type=int, help="Stamp (default: this Quarry's).")
+@click.option(
+    "--salvage",
+    is_flag=True,
+    help="Ingest what is whole of a recording cut off at the tail (QC flag: truncated).",
+)
 def mcap(
     state_dir: Path | None,
     as_json: bool,
     paths: tuple[Path, ...],
     mapping_file: Path | None,
+    salvage: bool,
     **overrides: Any,
 ) -> None:
     """Ingest MCAP recordings of other tools (ROS 2, Foxglove JSON); folders give their *.mcap.
 
     Each file is checked, rewritten into Quarry's layout, QC'd and registered on its own;
-    bad files are reported by file, topic and byte offset, and the exit code is 2.
+    bad files are reported by file, topic and byte offset, and the exit code is 2. With no
+    actions topic, actions are the next control step's joint positions (QC flag:
+    actions_derived). `quarry episodes inspect FILE --suggest-mapping OUT` proposes a mapping.
     """
     try:
         mapping = load_mapping(mapping_file) if mapping_file else Mapping()
@@ -129,7 +137,7 @@ def mcap(
     with _connect(EmbeddedPostgres(paths_dir).dsn(OPERATIONAL_DB)) as conn:
         for path in files:
             try:
-                result = ingest_recording(conn, paths_dir.objects, path, mapping)
+                result = ingest_recording(conn, paths_dir.objects, path, mapping, salvage=salvage)
             except EpisodeError as error:
                 errors.append(_error_row(path, error))
                 continue

@@ -10,6 +10,7 @@ transport delay later, and a run of frames dropped from one camera.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,6 +85,8 @@ FOXGLOVE_SCHEMAS = {
 CONFIG = FleetConfig(
     width=64, height=48, duration_s=(4.0, 4.0), cameras=(("front", 30.0), ("wrist", 15.0))
 )
+#: Frames of 112x84: the recording of two JPEG cameras and joint states is ~490 KB.
+SALVAGE_CONFIG = dataclasses.replace(CONFIG, width=112, height=84)
 DROPPED_TOPIC = "front"
 #: Frames dropped from the front camera: 0.5 s from 2 s in.
 DROPPED = slice(60, 75)
@@ -97,9 +100,9 @@ class Source:
     stamps: dict[str, np.ndarray]
 
 
-def source_episode(seed: int = 4) -> Source:
+def source_episode(seed: int = 4, config: FleetConfig = CONFIG) -> Source:
     """A synthetic episode with jittered stamps and a run of front-camera frames dropped."""
-    episode = synth_episode(seed, 0, CONFIG, faults=())
+    episode = synth_episode(seed, 0, config, faults=())
     rng = np.random.default_rng(seed)
     stamps = {}
     for cam in episode.cameras:
@@ -172,6 +175,25 @@ def write_ros2(path: Path, source: Source) -> Path:
     messages = sorted(ros2_messages(source), key=lambda m: m[0])
     with path.open("wb") as stream, Ros2Writer(stream) as writer:
         schemas = {name: writer.register_msgdef(name, text) for name, text in ROS_DEFS.items()}
+        for log_time, topic, kind, body in messages:
+            writer.write_message(topic, schemas[kind], body, log_time=log_time)
+    return path
+
+
+#: What a ROS 2 robot without a command topic records.
+CAMERAS_AND_JOINTS = ("sensor_msgs/msg/CompressedImage", "sensor_msgs/msg/JointState")
+
+
+def write_ros2_without_actions(path: Path, source: Source, *, chunk_size: int = 32 * 1024) -> Path:
+    """A ROS 2 recording of two JPEG ``CompressedImage`` cameras and a ``JointState``, no
+    actions topic: mcap_ros2's writer (CDR, ros2msg schemas), zstd chunks of ``chunk_size``
+    bytes, so that a cut at the tail leaves whole chunks before it."""
+    messages = [m for m in ros2_messages(source, raw_camera="") if m[2] in CAMERAS_AND_JOINTS]
+    messages.sort(key=lambda m: m[0])
+    with path.open("wb") as stream, Ros2Writer(stream, chunk_size=chunk_size) as writer:
+        schemas = {
+            name: writer.register_msgdef(name, ROS_DEFS[name]) for name in CAMERAS_AND_JOINTS
+        }
         for log_time, topic, kind, body in messages:
             writer.write_message(topic, schemas[kind], body, log_time=log_time)
     return path

@@ -14,14 +14,19 @@ from typing import Any
 import psycopg
 import pytest
 
+from episodes.survey import survey
+from quarry.commands._recording import write_mapping
+from quarry.errors import BadInputError
 from quarry.settings import Settings
 from quarry.stack.postgres import OPERATIONAL_DB, EmbeddedPostgres
 from tests.episodes.foreign_files import (
     FOXGLOVE_MAPPING_TOML,
     ROS2_MAPPING,
+    SALVAGE_CONFIG,
     source_episode,
     write_foxglove,
     write_ros2,
+    write_ros2_without_actions,
 )
 from tests.fixtures.postgres import private_folder
 from tests.fixtures.stack import run_json, run_quarry
@@ -49,7 +54,18 @@ def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     cut.write_bytes(ros2.read_bytes()[:4000])
     (folder / "ros2.json").write_text(json.dumps(ROS2_MAPPING))
     (folder / "fox.toml").write_text(FOXGLOVE_MAPPING_TOML)
-    return {"ros2": ros2, "fox": fox, "cut": cut, "folder": folder}
+    salvage_source = source_episode(seed=9, config=SALVAGE_CONFIG)
+    bare = write_ros2_without_actions(folder / "bare.mcap", salvage_source)
+    bare_cut = folder / "bare-cut.mcap"
+    bare_cut.write_bytes(bare.read_bytes()[:-2048])
+    return {
+        "ros2": ros2,
+        "fox": fox,
+        "cut": cut,
+        "folder": folder,
+        "bare": bare,
+        "bare_cut": bare_cut,
+    }
 
 
 def ingest(state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
@@ -126,3 +142,71 @@ def test_episodes_inspect(state: Path, recordings: dict[str, Path]) -> None:
     assert "qc flags  dropped_frames" in text and "/wrist/image_raw" in text
     bad = run_quarry(state, "episodes", "inspect", str(recordings["cut"]), check=False)
     assert bad.returncode == 2 and str(recordings["cut"]) in bad.stderr and "offset=" in bad.stderr
+
+
+def test_inspect_a_foreign_recording_and_ingest_its_suggested_mapping(
+    state: Path, recordings: dict[str, Path]
+) -> None:
+    bare, suggested = recordings["bare"], recordings["folder"] / "suggested.toml"
+    info = run_json(state, "episodes", "inspect", str(bare), "--suggest-mapping", str(suggested))
+    assert info["format"] == "foreign" and info["indexed"]["indexed"] and info["damage"] is None
+    assert {t["schema"] for t in info["topics"]} == {
+        "sensor_msgs/msg/CompressedImage",
+        "sensor_msgs/msg/JointState",
+    }
+    text = run_quarry(state, "episodes", "inspect", str(bare)).stdout
+    assert "profile:     ros2" in text and "zstd: [" in text and "/joint_states" in text
+    assert "derives actions" in suggested.read_text()
+    code, out, _ = ingest(state, str(bare), "--mapping", str(suggested), "--robot", "ros-arm-03")
+    assert code == 0 and out["registered"] == 1
+    assert "actions_derived" in out["results"][0]["flags"]
+    assert curated_rows(state, "SELECT * FROM episodes WHERE robot_id = 'ros-arm-03'") == 1
+    robot: dict[str, Any] = {"robots": ["ros-arm-03"]}
+    for filters, want in ((robot, 1), ({**robot, "exclude_flags": ["actions_derived"]}, 0)):
+        seen = run_json(state, "curate", "--filters", json.dumps(filters), "--preview")
+        assert seen["totals"]["episodes"] == want
+    refused = run_quarry(
+        state,
+        "episodes",
+        "inspect",
+        out["results"][0]["uri"],
+        "--suggest-mapping",
+        "x.toml",
+        check=False,
+    )
+    assert refused.returncode == 2 and "needs no mapping" in refused.stderr
+
+
+def test_ingest_mcap_salvage(state: Path, recordings: dict[str, Path]) -> None:
+    cut = recordings["bare_cut"]
+    who = ("--robot", "ros-arm-04", "--task", "wipe")
+    refused = run_quarry(state, "ingest", "mcap", str(cut), *who, check=False)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "--salvage" in refused.stderr and "offset=" in refused.stderr
+    dsn = EmbeddedPostgres(Settings(state_dir=state).paths).dsn(OPERATIONAL_DB)
+    with psycopg.connect(dsn) as conn:
+        none = conn.execute("SELECT count(*) FROM episodes WHERE robot_id = 'ros-arm-04'")
+        assert none.fetchone() == (0,)  # nothing half-registered
+    looked = run_quarry(state, "episodes", "inspect", str(cut), "--json", check=False)
+    damage = json.loads(looked.stdout)["damage"]
+    assert looked.returncode == 2 and f"offset={damage['offset']}" in looked.stderr
+    code, out, _ = ingest(state, str(cut), *who, "--salvage")
+    assert code == 0 and "truncated" in out["results"][0]["flags"]
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT qc_report FROM episodes WHERE id = %s", (out["results"][0]["episode_id"],)
+        ).fetchone()
+    assert row is not None and row[0]["salvage"]["offset"] == damage["offset"]
+
+
+def test_help_and_bad_input_of_the_new_options(
+    state: Path, recordings: dict[str, Path], tmp_path: Path
+) -> None:
+    assert "--salvage" in run_quarry(state, "ingest", "mcap", "--help").stdout
+    assert "--suggest-mapping" in run_quarry(state, "episodes", "inspect", "--help").stdout
+    not_mcap = recordings["folder"] / "ros2.json"
+    done = run_quarry(state, "episodes", "inspect", str(not_mcap), check=False)
+    assert done.returncode == 2 and "not an MCAP file" in done.stderr
+    assert str(not_mcap) in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    with pytest.raises(BadInputError, match="cannot write the mapping"):
+        write_mapping(survey(recordings["bare"]), tmp_path / "no-such-folder" / "m.toml")
