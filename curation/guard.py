@@ -118,6 +118,8 @@ def _check_param(name: str, value: ParamValue) -> None:
         raise _refuse(f"param {name!r} contains a NUL character", "params")
     if isinstance(value, float) and not math.isfinite(value):
         raise _refuse(f"param {name!r} is not a finite number", "params")
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise _refuse(f"param {name!r} does not fit in 64 bits", "params")
     if is_placeholder_text(value):
         raise _refuse(f"param {name!r} is itself a placeholder ({value!r})", "params")
     if not isinstance(value, str | int | float):  # bool is an int

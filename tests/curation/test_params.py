@@ -59,6 +59,7 @@ def test_the_guard_checks_the_bound_query() -> None:
         ({"manifest_id": "<other>"}, "is itself a placeholder"),
         ({"manifest_id": "a\x00b"}, "NUL"),
         ({"manifest_id": float("nan")}, "not a finite number"),
+        ({"manifest_id": 2**64}, "does not fit in 64 bits"),
         ({"bad name": "a", "manifest_id": "b"}, "not a word"),
         ({"manifest_id": "x" * 70_000}, "longer than"),
     ],
