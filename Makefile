@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck imports unit bench-small clean
+.PHONY: demo test lint typecheck imports unit bench-small settings-doc clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -26,6 +26,10 @@ typecheck: $(STAMP)
 # The import rules of docs/architecture.md, as contracts in pyproject.toml.
 imports: $(STAMP)
 	$(BIN)/lint-imports --no-cache
+
+# docs/settings.md, generated from the settings models (a test fails when it is stale).
+settings-doc: $(STAMP)
+	$(BIN)/python -m quarry.settings_doc
 
 unit: $(STAMP)
 	$(BIN)/pytest -q

@@ -15,7 +15,11 @@ class CdcConfig(BaseModel):
         pattern=r"^[a-z0-9_]{1,63}$",
         description="logical replication slot (one per warehouse)",
     )
-    publication: str = Field(default="quarry_cdc", pattern=r"^[A-Za-z0-9_]{1,63}$")
+    publication: str = Field(
+        default="quarry_cdc",
+        pattern=r"^[A-Za-z0-9_]{1,63}$",
+        description="the source's publication the slot decodes (the mirrored tables)",
+    )
     poll_interval_s: float = Field(
         default=0.1,
         gt=0,
@@ -64,8 +68,12 @@ class CdcConfig(BaseModel):
     snapshot_split_pages: int = Field(
         default=4096, ge=1, description="tables larger than this are read in ranges"
     )
-    retry_initial_s: float = Field(default=0.5, gt=0)
-    retry_max_s: float = Field(default=10.0, gt=0)
+    retry_initial_s: float = Field(
+        default=0.5, gt=0, description="first wait before retrying a retryable failure, seconds"
+    )
+    retry_max_s: float = Field(
+        default=10.0, gt=0, description="longest wait between retries (the wait doubles), seconds"
+    )
     unexpected_retries: int = Field(
         default=5,
         ge=0,

@@ -28,6 +28,7 @@ from curation.compose import (
 from curation.freshness import LagBound, check_lag, warehouse_lag_s
 from curation.guard import CheckedQuery, CurationRefusedError, check_curation
 from curation.norm import norm_stats
+from curation.params import ParamValue
 from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
 from manifests.build import ManifestInfo, build_manifest
@@ -82,9 +83,13 @@ class CurationLimits:
 
 @dataclass(frozen=True)
 class CurationRequest:
+    """A curation as asked: ``params`` fill the SQL's ``'<name>'`` placeholders
+    (:mod:`curation.params`); the manifest records the SQL with them bound."""
+
     sql: str
     sample_spec: dict[str, Any] | None = None
     author: str = "local"
+    params: Mapping[str, ParamValue] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,7 +136,8 @@ def parse_spec(raw: dict[str, Any] | None) -> SampleSpec:
 
 def check_request(request: CurationRequest) -> tuple[CheckedQuery, SampleSpec]:
     """The guard's verdict on the request's SQL, and its parsed sample spec."""
-    return check_curation(request.sql, CURATION_RELATIONS), parse_spec(request.sample_spec)
+    checked = check_curation(request.sql, CURATION_RELATIONS, request.params)
+    return checked, parse_spec(request.sample_spec)
 
 
 def pin(checked: CheckedQuery, source: CurationSource) -> tuple[int, int]:

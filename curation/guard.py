@@ -8,7 +8,9 @@ parser ignored (comments, a second statement) cannot reach the engine.
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import sqlglot
@@ -18,6 +20,14 @@ from sqlglot.tokens import Tokenizer
 
 from curation.allowlist import ALLOWED_FUNCTIONS, ALLOWED_NODES, REFUSED_WHY
 from curation.errors import BadRequestError
+from curation.params import (
+    PARAM_NAME,
+    ParamValue,
+    bind,
+    is_placeholder_text,
+    placeholder_name,
+    placeholders,
+)
 
 MAX_SQL_BYTES = 64 * 1024
 MAX_NODES = 5_000
@@ -55,19 +65,65 @@ class CheckedQuery:
         return self.tree.sql(dialect="duckdb", normalize=True, comments=False)
 
 
-def check_curation(sql: str, relations: frozenset[str]) -> CheckedQuery:
-    """Parse ``sql`` and refuse anything but one SELECT over ``relations`` (lower-case names)."""
+def check_curation(
+    sql: str, relations: frozenset[str], params: Mapping[str, ParamValue] | None = None
+) -> CheckedQuery:
+    """Parse ``sql``, bind ``params`` to its placeholders (:mod:`curation.params`) and refuse
+    anything but one SELECT over ``relations`` (lower-case names)."""
     if len(sql.encode()) > MAX_SQL_BYTES:
         raise _refuse(f"the query is longer than {MAX_SQL_BYTES} bytes", "size")
     if "\x00" in sql:  # no database stores it in text: the registry could not record the query
         raise _refuse("the query contains a NUL character", "syntax")
     tree = _parse_one(sql)
+    _bind_params(tree, params or {})
     if isinstance(tree, exp.Select) and not tree.expressions:
         raise _refuse("the query selects nothing", "syntax")
     if not isinstance(tree, exp.Query):
         raise _refuse(f"only SELECT queries are curations, not {_name(tree)}", "statement")
     _walk(tree, relations | _cte_names(tree), sql)
     return CheckedQuery(tree.copy())
+
+
+def _bind_params(tree: exp.Expr, params: Mapping[str, ParamValue]) -> None:
+    """Bind ``params`` into ``tree``; refuse a bad value, a value for no placeholder, and a
+    placeholder left unfilled. The bound tree then goes through the guard like any other."""
+    for name, value in params.items():
+        _check_param(name, value)
+    names = [placeholder_name(node) for node in placeholders(tree)]
+    unknown = sorted(set(params) - set(names))
+    if unknown:
+        raise _refuse(
+            f"param {unknown[0]!r} fills no placeholder: the query has "
+            + (", ".join(f"'<{n}>'" for n in dict.fromkeys(names)) or "none"),
+            "params",
+        )
+    bind(tree, params)
+    missing = [placeholder_name(node) for node in placeholders(tree)]
+    if missing:
+        first = missing[0]
+        raise CurationRefusedError(
+            f"placeholder '<{first}>' is not filled: give its value as params "
+            f'{{"{first}": ...}} (quarry: --param {first}=VALUE)',
+            reason="placeholder",
+            placeholder=first,
+        )
+    if len(tree.sql(dialect="duckdb").encode()) > MAX_SQL_BYTES:
+        raise _refuse(f"the query with its params is longer than {MAX_SQL_BYTES} bytes", "size")
+
+
+def _check_param(name: str, value: ParamValue) -> None:
+    if not PARAM_NAME.fullmatch(name):
+        raise _refuse(f"param name {name!r} is not a word (letters, digits, _)", "params")
+    if isinstance(value, str) and "\x00" in value:
+        raise _refuse(f"param {name!r} contains a NUL character", "params")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _refuse(f"param {name!r} is not a finite number", "params")
+    if isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise _refuse(f"param {name!r} does not fit in 64 bits", "params")
+    if is_placeholder_text(value):
+        raise _refuse(f"param {name!r} is itself a placeholder ({value!r})", "params")
+    if not isinstance(value, str | int | float):  # bool is an int
+        raise _refuse(f"param {name!r} is not a string, number or boolean", "params")
 
 
 def _check_start(sql: str) -> None:

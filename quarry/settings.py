@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 
 from cdc.settings import FollowerSettings
 from curation.config import CurationConfig
@@ -29,8 +29,15 @@ class Settings(FollowerSettings):
     """Settings for one ``quarry`` process: the follower's (source, warehouse, cdc) and the
     state folder, the service and the curation limits."""
 
-    state_dir: Path = Path(".quarry")
-    sql_dir: Path = SQL_ROOT
+    state_dir: Path = Field(
+        default=Path(".quarry"),
+        description="the state folder (`--state-dir`); unset: the nearest `.quarry/` with a "
+        "stack here or above, else `./.quarry`",
+    )
+    sql_dir: Path = Field(
+        default=SQL_ROOT,
+        description="the .sql files: Postgres migrations, warehouse DDL, example curations",
+    )
     service: ServiceConfig = ServiceConfig()
     curation: CurationConfig = CurationConfig()
 

@@ -14,9 +14,11 @@ from warehouse.config import WarehouseConfig
 class ServiceConfig(BaseModel):
     """The HTTP service."""
 
-    host: str = "127.0.0.1"
+    host: str = Field(default="127.0.0.1", description="address the service binds")
     port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port")
-    start_timeout_s: float = Field(default=60.0, gt=0)
+    start_timeout_s: float = Field(
+        default=60.0, gt=0, description="how long `quarry up` waits for the service, seconds"
+    )
     max_body_bytes: int = Field(
         default=1 << 20, ge=0, description="request bodies above this many bytes get 413"
     )

@@ -71,7 +71,7 @@ class OptimSection(_Section):
     """
 
     lr: float = Field(default=1e-3, gt=0)
-    weight_decay: float = Field(default=1e-4, ge=0)
+    weight_decay: float = Field(default=1e-4, ge=0, description="AdamW weight decay")
     grad_clip: float = Field(default=1.0, ge=0)
     shard: Literal["none", "global", "node", "auto"] = "none"
 

@@ -28,7 +28,9 @@ class _Section(BaseModel):
 
     query_timeout_s: float = Field(default=30.0, gt=0, description="seconds, per read query")
     max_rows: int | None = Field(default=None, gt=0, description="row cap of a read query")
-    reader_memory_limit: str = "2GB"
+    reader_memory_limit: str = Field(
+        default="2GB", description="memory limit of a read query (DuckDB size, e.g. 2GB)"
+    )
     snapshot_retain_s: float = Field(
         default=3600.0,
         ge=0,
@@ -53,20 +55,26 @@ class DuckLakeConfig(_Section):
     cannot reach the catalog server's files through the Postgres extension.
     """
 
-    backend: Literal["ducklake"] = "ducklake"
+    backend: Literal["ducklake"] = Field(
+        default="ducklake", description="which backend this section configures"
+    )
     catalog_dsn: SecretStr | None = Field(
         default=None, description="the lake's catalog database; unset: the embedded stack's"
     )
     data_path: Path | None = Field(
         default=None, description="folder of the Parquet data files; unset: the state folder's"
     )
-    reader_catalog_dsn: SecretStr | None = None
+    reader_catalog_dsn: SecretStr | None = Field(
+        default=None,
+        description="the catalog login of readers (SELECT only); unset: the embedded "
+        "stack's quarry_reader, else catalog_dsn",
+    )
     alias: str = Field(
         default="wh",
         pattern=r"^[a-z_][a-z0-9_]*$",
         description="name the lake is attached under inside DuckDB",
     )
-    reader_threads: int = Field(default=2, ge=1)
+    reader_threads: int = Field(default=2, ge=1, description="DuckDB threads of a reader")
     writer_threads: int = Field(
         default=1,
         ge=1,
@@ -112,10 +120,18 @@ class ClickHouseConfig(_Section):
     ``<database>_mirror`` (mirrored tables) and ``<database>_meta`` (commits, metadata).
     """
 
-    backend: Literal["clickhouse"] = "clickhouse"
+    backend: Literal["clickhouse"] = Field(
+        default="clickhouse", description="which backend this section configures"
+    )
     dsn: SecretStr | None = Field(default=None, description="the writer's server (a secret)")
-    reader_dsn: SecretStr | None = None
-    database: str = Field(default="quarry", pattern=r"^[a-z_][a-z0-9_]{0,40}$")
+    reader_dsn: SecretStr | None = Field(
+        default=None, description="the readers' account (a secret; see docs/warehouse.md)"
+    )
+    database: str = Field(
+        default="quarry",
+        pattern=r"^[a-z_][a-z0-9_]{0,40}$",
+        description="database of the curation views (and <database>_mirror, <database>_meta)",
+    )
     reader_pool: int = Field(default=4, ge=1, description="idle reader connections kept")
     result_timezone: str = Field(
         default="Etc/UTC",

@@ -18,6 +18,31 @@ STATE_DIR = click.option(
     help="State folder (default: $QUARRY_STATE_DIR, else the nearest .quarry/ here or above).",
 )
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _parse_params(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not NAME=VALUE", param_hint="--param")
+        if name in params:
+            raise click.BadParameter(f"{name!r} is given twice", param_hint="--param")
+        params[name] = value
+    return params
+
+
+PARAMS = click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="NAME=VALUE",
+    callback=_parse_params,
+    help="Fill the SQL's placeholder '<NAME>' with VALUE, bound as one SQL string literal "
+    "(repeatable; a placeholder left unfilled is refused).",
+)
 STATE_DIR_KEY = "quarry.state_dir"
 """Where :func:`build_settings` leaves the state folder in the click context's ``meta``, for
 the exception boundary (it writes an unexpected error's traceback under ``<state>/logs``)."""

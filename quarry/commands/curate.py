@@ -11,7 +11,7 @@ import click
 from manifests.diff import diff_manifests
 from manifests.manifest import open_manifest
 from quarry.client import ServiceClient, node_manifest
-from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.commands._common import JSON, PARAMS, STATE_DIR, build_settings, emit
 
 
 @click.command()
@@ -23,6 +23,7 @@ from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Read the curation SQL from a file (e.g. sql/curations/*.sql).",
 )
+@PARAMS
 @click.option(
     "--filters",
     "filters_json",
@@ -45,6 +46,7 @@ def curate(
     as_json: bool,
     sql: str | None,
     sql_file: Path | None,
+    params: dict[str, str],
     filters_json: str | None,
     filters_file: Path | None,
     spec_json: str | None,
@@ -52,6 +54,10 @@ def curate(
 ) -> None:
     """Build a manifest from a curation (SQL or filters); print its ID, rows and samples."""
     body = _curation_body(sql, sql_file, filters_json, filters_file)
+    if params:
+        if "sql" not in body:
+            raise click.UsageError("--param fills placeholders of --sql or --sql-file")
+        body["params"] = params
     if spec_json is not None:
         body["sample_spec"] = _json_option(spec_json, "--sample-spec")
     client = ServiceClient.for_state(build_settings(state_dir))

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from quarry.client import ServiceClient
-from quarry.commands._common import STATE_DIR, build_settings, table
+from quarry.commands._common import PARAMS, STATE_DIR, build_settings, table
 from quarry.errors import BadInputError
 from service.api.encoding import ARROW_STREAM, SNAPSHOT_HEADER
 
@@ -19,6 +19,7 @@ from service.api.encoding import ARROW_STREAM, SNAPSHOT_HEADER
 @click.command()
 @STATE_DIR
 @click.argument("query", metavar='"SELECT ..."')
+@PARAMS
 @click.option(
     "--format",
     "fmt",
@@ -44,6 +45,7 @@ from service.api.encoding import ARROW_STREAM, SNAPSHOT_HEADER
 def sql(
     state_dir: Path | None,
     query: str,
+    params: dict[str, str],
     fmt: str,
     out: Path | None,
     **limits: Any,
@@ -51,7 +53,9 @@ def sql(
     """Run one read-only SELECT over the curation views (the same guard as curations)."""
     if fmt == "arrow" and out is None and sys.stdout.isatty():
         raise BadInputError("an Arrow IPC stream is binary: give --out FILE or redirect stdout")
-    body = {"sql": query, **{k: v for k, v in limits.items() if v is not None}}
+    body: dict[str, Any] = {"sql": query, **{k: v for k, v in limits.items() if v is not None}}
+    if params:
+        body["params"] = params
     client = ServiceClient.for_state(build_settings(state_dir))
     if fmt == "arrow":
         response = client.post("/v1/sql", body, accept=ARROW_STREAM)

@@ -8,8 +8,32 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from curation.filters import CurationFilters
+from curation.params import ParamValue
 
 MAX_SQL_CHARS = 64 * 1024
+MAX_PARAMS = 100
+PARAMS_DESCRIPTION = (
+    "values of the SQL's placeholders: a string literal '<name>' in the SQL is bound to "
+    "params.name as one SQL literal; a placeholder left unfilled is refused (400)"
+)
+
+
+def params_field() -> Any:
+    """The ``params`` field of a request that carries SQL."""
+    return Field(
+        default=None,
+        max_length=MAX_PARAMS,
+        description=PARAMS_DESCRIPTION,
+        examples=[{"manifest_id": "9f2c41d0"}],
+    )
+
+
+def check_params(sql: str | None, params: dict[str, ParamValue] | None) -> None:
+    """``params`` go with ``sql``, never with structured filters."""
+    if params is not None and sql is None:
+        raise ValueError("`params` fill placeholders of `sql`; filters take none")
+
+
 MAX_LABELS = 1000
 NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
 
@@ -27,6 +51,7 @@ class CurationCreate(BaseModel):
     filters: CurationFilters | None = Field(
         default=None, description="compiled to SQL, which then passes the same guard"
     )
+    params: dict[str, ParamValue] | None = params_field()
     sample_spec: dict[str, Any] | None = Field(
         default=None, description="SampleSpec fields; omitted ones take their defaults"
     )
@@ -36,6 +61,7 @@ class CurationCreate(BaseModel):
     def _one_query(self) -> CurationCreate:
         if (self.sql is None) == (self.filters is None):
             raise ValueError("give exactly one of `sql` and `filters`")
+        check_params(self.sql, self.params)
         return self
 
 
@@ -44,12 +70,14 @@ class CurationPreviewCreate(BaseModel):
 
     sql: str | None = Field(default=None, min_length=1, max_length=MAX_SQL_CHARS)
     filters: CurationFilters | None = None
+    params: dict[str, ParamValue] | None = params_field()
     sample_spec: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _one_query(self) -> CurationPreviewCreate:
         if (self.sql is None) == (self.filters is None):
             raise ValueError("give exactly one of `sql` and `filters`")
+        check_params(self.sql, self.params)
         return self
 
 

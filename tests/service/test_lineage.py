@@ -13,11 +13,12 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from curation.guard import check_curation
+from curation.guard import CurationRefusedError, check_curation
+from curation.params import placeholder_name, placeholders
 from quarry.settings import SQL_ROOT
 from quarry.stack.lifecycle import Stack
 from tests.fixtures.curation import scratch_episodes, wait_for, warehouse_count
-from tests.fixtures.stack import CORPUS_EPISODES, run_json
+from tests.fixtures.stack import CORPUS_EPISODES, run_json, run_quarry
 from warehouse.base import CURATION_VIEWS
 from warehouse.ducklake.backend import DuckLakeWarehouse
 
@@ -56,7 +57,12 @@ def example(path: Path, **params: str | int) -> str:
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_example_curations_pass_the_guard(path: Path) -> None:
     assert path.read_text().lstrip().startswith("--"), "say what the curation is for"
-    check_curation(path.read_text(), frozenset(CURATION_VIEWS))
+    tree = sqlglot.parse_one(path.read_text(), read="duckdb")
+    names = {str(placeholder_name(node)) for node in placeholders(tree)}
+    check_curation(path.read_text(), frozenset(CURATION_VIEWS), dict.fromkeys(names, "2"))
+    if names:  # and refused with a placeholder left unfilled, naming it
+        with pytest.raises(CurationRefusedError, match="is not filled"):
+            check_curation(path.read_text(), frozenset(CURATION_VIEWS))
 
 
 def test_examples_without_parameters_run(api: httpx.Client, corpus: Stack) -> None:
@@ -152,6 +158,9 @@ def test_stale_episodes_of_a_manifest(
             pipeline_version_below=1,
         )
         assert run_json(state, "curate", "--sql", sql)["rows"] == 3
+        file = SQL_ROOT / "curations" / "stale_episodes_of_manifest.sql"
+        params = ["--param", f"manifest_id={manifest_id}", "--param", "pipeline_version_below=1"]
+        assert run_json(state, "curate", "--sql-file", str(file), *params)["rows"] == 3
         cli = run_json(state, "manifests", "episodes", manifest_id, "--pipeline-below", "1")
         assert sorted(e["episode_id"] for e in cli["items"]) == sorted(stale)
 
@@ -168,3 +177,33 @@ def test_bad_cursor_is_a_400(api: httpx.Client) -> None:
     manifest_id = curate(api, "SELECT id FROM episodes")["manifest_id"]
     response = api.get(f"/v1/manifests/{manifest_id}/episodes", params={"cursor": "nope"})
     assert response.status_code == 400
+
+
+def test_placeholders_are_filled_by_params_or_refused(api: httpx.Client, corpus: Stack) -> None:
+    sql = (SQL_ROOT / "curations" / "manifest_without_retracted.sql").read_text()
+    for route in ("/v1/curations", "/v1/curations/preview", "/v1/sql"):
+        response = api.post(route, json={"sql": sql})
+        assert response.status_code == 400, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["placeholder"] == "manifest_id" and problem["reason"] == "placeholder"
+        assert "'<manifest_id>' is not filled" in problem["detail"]
+    manifest_id = curate(api, "SELECT id FROM episodes")["manifest_id"]
+    filled = {"sql": sql, "params": {"manifest_id": manifest_id}}
+    assert api.post("/v1/curations/preview", json=filled).status_code == 200
+    query = "SELECT count(*) AS n FROM episodes WHERE id = '<id>' OR steps > '<steps>'"
+    hostile = {"sql": query, "params": {"id": "' OR 1=1 --", "steps": 10**9}}
+    assert api.post("/v1/sql", json=hostile).json()["rows"] == [[0]]
+    nested = api.post("/v1/sql", json={"sql": query, "params": {"id": {"a": 1}}})
+    assert nested.status_code == 422
+    filters = {"filters": {"success": True}, "params": {"id": "x"}}
+    assert api.post("/v1/curations", json=filters).status_code == 422
+
+    state = corpus.settings.state_dir
+    done = run_quarry(state, "curate", "--sql", sql, check=False)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "--param manifest_id=" in done.stderr
+    done = run_quarry(state, "sql", query, "--param", "id", check=False)
+    assert done.returncode == 2 and "is not NAME=VALUE" in done.stderr
+    done = run_quarry(state, "sql", query, "--param", "id=a", "--param", "steps=0")
+    assert "(1 row" in done.stdout

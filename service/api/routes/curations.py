@@ -53,7 +53,9 @@ async def create(
     The answer carries ``warehouse_lag_s``; past ``curation.max_lag_s`` the curation is
     refused (409) or, with ``on_lag: warn``, built with ``lag_warning`` (and the
     ``Quarry-Lag-Warning`` header)."""
-    curation = CurationRequest(_sql(body.sql, body.filters), body.sample_spec, principal.name)
+    curation = CurationRequest(
+        _sql(body.sql, body.filters), body.sample_spec, principal.name, body.params
+    )
     if async_ or body.mode == "async":
         await runtime.quick(check_request, curation)  # refuse bad SQL now, not in the job
         record = {**body.model_dump(mode="json", exclude={"mode"}), "compiled_sql": curation.sql}
@@ -78,7 +80,9 @@ async def preview(
 ) -> PreviewPublic:
     """Episodes, slices, hours and samples by robot and task of what the curation would build
     now, without building it."""
-    curation = CurationRequest(_sql(body.sql, body.filters), body.sample_spec, principal.name)
+    curation = CurationRequest(
+        _sql(body.sql, body.filters), body.sample_spec, principal.name, body.params
+    )
     result = await runtime.call(runtime.preview, curation)
     return PreviewPublic.model_validate(result.to_dict())
 

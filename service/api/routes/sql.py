@@ -7,12 +7,14 @@ catalog role, no external access, memory limit, interruption) hold whatever pass
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, Field
 
 from curation.guard import MAX_SQL_BYTES, CheckedQuery, CurationRefusedError, check_curation
+from curation.params import ParamValue
 from service.api.deps import Context, Reader
 from service.api.encoding import (
     ARROW_STREAM,
@@ -22,6 +24,7 @@ from service.api.encoding import (
     to_ipc_stream,
 )
 from service.api.problems import problem_responses
+from service.api.schemas import params_field
 from service.errors import BadRequestError, NotFoundError
 from warehouse.base import CURATION_VIEWS, Warehouse
 
@@ -37,6 +40,7 @@ class SqlQuery(BaseModel):
         max_length=MAX_SQL_BYTES,
         examples=["SELECT robot_id, count(*) AS n FROM episodes GROUP BY robot_id"],
     )
+    params: dict[str, ParamValue] | None = params_field()
     snapshot_id: int | None = Field(
         default=None, ge=0, description="read this warehouse snapshot (default: the latest)"
     )
@@ -91,7 +95,7 @@ def run_sql(
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run one read-only query; the result is JSON, or Arrow IPC when asked for."""
-    checked = check_query(body.sql)
+    checked = check_query(body.sql, body.params)
     warehouse = context.warehouse()
     snapshot = resolve_snapshot(warehouse, body.snapshot_id)
     table = warehouse.query_arrow(
@@ -137,9 +141,10 @@ class QueryRefusedError(BadRequestError):
     title = "Query refused"
 
 
-def check_query(sql: str) -> CheckedQuery:
-    """``sql`` through the curation guard, its refusal titled as a query's, not a curation's."""
+def check_query(sql: str, params: Mapping[str, ParamValue] | None = None) -> CheckedQuery:
+    """``sql`` (its placeholders bound to ``params``) through the curation guard, its refusal
+    titled as a query's, not a curation's."""
     try:
-        return check_curation(sql, _VIEWS)
+        return check_curation(sql, _VIEWS, params)
     except CurationRefusedError as error:
         raise QueryRefusedError(error.message, **error.context) from None
