@@ -80,4 +80,5 @@ class Settings(FollowerSettings):
             manifest_dir=paths.manifests,
             url_file=paths.service_url,
             port_file=paths.service_port,
+            cdc_source=self.cdc.source,
         )
