@@ -60,7 +60,7 @@ class Settings(FollowerSettings):
             limits["catalog_dsn"] = SecretStr(embedded.dsn(CATALOG_DB))
             if section.reader_catalog_dsn is None:
                 limits["reader_catalog_dsn"] = SecretStr(embedded.dsn(CATALOG_DB, user=READER_ROLE))
-        if isinstance(section, DuckLakeConfig) and section.data_path is None:
+        if isinstance(section, DuckLakeConfig) and not (section.data_path or section.data_url):
             limits["data_path"] = self.paths.warehouse
         config = section.model_copy(update=limits)
         try:

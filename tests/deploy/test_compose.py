@@ -115,7 +115,9 @@ def settings_from(env: dict[str, str]) -> Settings:
 
 def same(setting: Any, text: str) -> bool:
     """Whether the setting holds what the variable's text says."""
-    if isinstance(setting, int | float) and not isinstance(setting, bool):
+    if isinstance(setting, bool):
+        return setting == (text.lower() in ("1", "true", "yes", "on"))
+    if isinstance(setting, int | float):
         return setting == float(text)
     return str(setting) == text
 
