@@ -373,3 +373,151 @@ def test_readiness_names_the_source(sink: Sink) -> None:
     checks = httpx.get(f"{sink.url}/readyz", timeout=30).json()["checks"]
     assert checks["cdc"]["source"] == "debezium"
     assert checks["cdc"]["slot"] == f"debezium:{CONNECTOR}"
+
+
+# -- a Debezium-fed warehouse mirrors real Postgres changes row for row ----------------------------
+
+_FALLBACKS = {"integer": 0, "bigint": 0, "double precision": 0.0, "boolean": False}
+
+
+def key_only_before(conn: psycopg.Connection[Any], table: str, row: dict[str, Any]) -> Any:
+    """The ``before`` Debezium sends for a delete of ``row`` under REPLICA IDENTITY DEFAULT:
+    the primary key's values, every other column NULL when nullable, else its fallback."""
+    key = {
+        r[0]
+        for r in conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            (table,),
+        )
+    }
+    columns = conn.execute(
+        "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+        "WHERE table_name = %s ORDER BY ordinal_position",
+        (table,),
+    ).fetchall()
+    before: dict[str, Any] = {}
+    for name, data_type, nullable in columns:
+        if name in key:
+            before[name] = row[name]
+        elif nullable == "YES":
+            before[name] = None
+        elif data_type.startswith("timestamp"):
+            before[name] = EPOCH
+        else:
+            before[name] = _FALLBACKS.get(data_type, "")
+    return before
+
+
+class Source:
+    """Real changes on the service's operational database, each turned into the event
+    Debezium's connector would emit for it, versioned by the WAL position after it."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn, self.events = conn, []  # type: list[dict[str, Any]]
+
+    def lsn(self) -> int:
+        row = self.conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'").fetchone()
+        assert row is not None
+        return int(row[0]) + len(self.events)
+
+    def write(self, op: str, table: str, sql: str, *params: Any) -> list[dict[str, Any]]:
+        rows = [r[0] for r in self.conn.execute(sql + f" RETURNING to_jsonb({table})", params)]
+        for row in rows:
+            if op == "d":
+                before = key_only_before(self.conn, table, row)
+                self.events.append(envelope("d", table, self.lsn(), before=before))
+                self.events.append(None)  # its tombstone
+            else:
+                self.events.append(envelope(op, table, self.lsn(), after=row))
+        return rows
+
+
+def mirrored(sink: Sink, ids: list[str]) -> dict[str, list[tuple[Any, ...]]]:
+    """Each table's rows of the episodes ``ids``, in the warehouse and in Postgres."""
+    quoted = ", ".join(f"'{i}'" for i in ids)
+    queries = {
+        "episodes": f"SELECT id::text, steps, site FROM episodes WHERE id IN ({quoted})",
+        "episode_quality_flags": "SELECT episode_id::text, flag FROM episode_quality_flags "
+        f"WHERE episode_id IN ({quoted})",
+        "episode_labels": "SELECT id, episode_id::text, value FROM episode_labels "
+        f"WHERE episode_id IN ({quoted})",
+        "episode_stats": "SELECT episode_id::text, field, dim, count FROM episode_stats "
+        f"WHERE episode_id IN ({quoted})",
+    }
+    out = {}
+    with psycopg.connect(sink.dsn) as conn:
+        for table, sql in queries.items():
+            lake = sorted(tuple(r.values()) for r in sink.rows(sql))
+            source = sorted(tuple(r) for r in conn.execute(sql))
+            out[table] = lake
+            assert lake == source, table
+    return out
+
+
+_SEED = (
+    (
+        "episode_quality_flags",
+        "INSERT INTO episode_quality_flags (episode_id, flag) VALUES (%s, 'blur')",
+    ),
+    ("episode_labels", "INSERT INTO episode_labels (episode_id, key, value) VALUES (%s, 's', 'k')"),
+    ("episode_stats", "INSERT INTO episode_stats VALUES (%s, 'state', 0, 600, 1, 2, -1, 1)"),
+    ("episode_stats", "INSERT INTO episode_stats VALUES (%s, 'state', 1, 600, 1, 2, -1, 1)"),
+)
+_CHANGES = (
+    ("u", "episodes", "UPDATE episodes SET steps = steps + 1, site = 'lab-2' WHERE id = %s"),
+    ("u", "episode_labels", "UPDATE episode_labels SET value = 'garage' WHERE episode_id = %s"),
+    ("d", "episode_stats", "DELETE FROM episode_stats WHERE episode_id = %s AND dim = 1"),
+)
+_CHILDREN = ("episode_quality_flags", "episode_labels", "episode_stats")
+
+
+def seed_source(source: Source, episode_ids: list[str]) -> None:
+    upsert = "ON CONFLICT (id) DO UPDATE SET id = EXCLUDED.id"
+    source.write(
+        "c", "robots", f"INSERT INTO robots (id, model, site) VALUES ('rr', 'a', 'l') {upsert}"
+    )
+    source.write("c", "tasks", f"INSERT INTO tasks (id) VALUES ('tr') {upsert}")
+    for episode_id in episode_ids:
+        row = episode(episode_id, robot_id="rr", task_id="tr")
+        marks = ", ".join(["%s"] * len(row))
+        insert = f"INSERT INTO episodes ({', '.join(row)}) VALUES ({marks})"
+        source.write("c", "episodes", insert, *row.values())
+        for table, sql in _SEED:
+            source.write("c", table, sql, episode_id)
+
+
+def cascade_delete(source: Source, episode_id: str) -> None:
+    """DELETE FROM episodes: the parent's event, then those of the rows ON DELETE CASCADE
+    removes, in WAL order, each followed by its tombstone."""
+    children = [
+        (table, row)
+        for table in _CHILDREN
+        for (row,) in source.conn.execute(
+            f"SELECT to_jsonb({table}) FROM {table} WHERE episode_id = %s", (episode_id,)
+        )
+    ]
+    source.write("d", "episodes", "DELETE FROM episodes WHERE id = %s", episode_id)
+    for table, row in children:
+        before = key_only_before(source.conn, table, row)
+        source.events += [envelope("d", table, source.lsn(), before=before), None]
+
+
+def test_real_inserts_updates_and_cascaded_deletes_mirror_row_for_row(sink: Sink) -> None:
+    kept, dropped = str(uuid.uuid4()), str(uuid.uuid4())
+    with psycopg.connect(sink.dsn, autocommit=True) as conn:
+        source = Source(conn)
+        seed_source(source, [kept, dropped])
+        for op, table, sql in _CHANGES:
+            source.write(op, table, sql, kept)
+        cascade_delete(source, dropped)
+    # one event per request, as Debezium Server's sink posts them (it skips the tombstones)
+    for event in filter(None, source.events):
+        raw = json.dumps(event).encode()
+        response = sink.post(raw, **signed(raw))
+        assert response.status_code == 200, response.text
+    tables = mirrored(sink, [kept, dropped])
+    assert [r[1:] for r in tables["episodes"]] == [(601, "lab-2")]
+    assert [r[2] for r in tables["episode_labels"]] == ["garage"]
+    assert [r[2] for r in tables["episode_stats"]] == [0]
+    assert all(kept in r for rows in tables.values() for r in rows)
