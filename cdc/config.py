@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+#: What feeds the warehouse: Quarry's pgoutput follower, or Debezium Server posting to the
+#: service (``POST /v1/cdc/debezium``), in which case no follower runs.
+Source = Literal["pgoutput", "debezium"]
 
 
 class CdcConfig(BaseModel):
@@ -10,6 +16,12 @@ class CdcConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    source: Source = Field(
+        default="pgoutput",
+        description="what feeds the warehouse: 'pgoutput' (Quarry's follower) or 'debezium' "
+        "(Debezium Server posting to the service; `quarry up` starts no follower and "
+        "`quarry cdc follow` refuses to run)",
+    )
     slot: str = Field(
         default="quarry_cdc",
         pattern=r"^[a-z0-9_]{1,63}$",

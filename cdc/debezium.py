@@ -1,11 +1,14 @@
 """Change events in Debezium's JSON envelope, applied through the warehouse's one apply path.
 
-Accepts what Debezium Server's HTTP sink posts (one event per request) and batches of them:
-a JSON object or an array; each item with or without the ``{"schema", "payload"}`` wrapper
-(``value.converter.schemas.enable``), or a CloudEvents envelope whose ``data`` is one. A
-``null`` item is a tombstone: Debezium follows every delete with one for Kafka log compaction,
-and the delete itself already removed the row, so it is counted and skipped; ``op: "m"``
-(logical messages) is skipped too.
+Accepts what Debezium Server's HTTP sink posts (one event per request, or a JSON array when
+``debezium.sink.http.batch.enabled``); :mod:`cdc.debezium_envelope` unwraps each item (the
+``schema``/``payload`` wrapper, CloudEvents, tombstones, logical messages, transaction
+boundaries and heartbeats, the last four counted and skipped).
+
+Only the key of an event's ``before`` is read: a delete needs no more, an update's old key
+tells a moved row, and with ``REPLICA IDENTITY DEFAULT`` Debezium fills the other NOT NULL
+columns of a key-only ``before`` with fallback values (``""`` for a text, uuid or jsonb
+column, ``0``, ``false``, the epoch) that must not be decoded, let alone written.
 
 Each event becomes a change of its table's :class:`warehouse.rows.TextRows`, the staged rows
 the pgoutput follower fills: values decoded for the column's type, then rendered in the Postgres
@@ -25,7 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdc.debezium_types import UNAVAILABLE, EncodingError, decode_value
+from cdc.debezium_envelope import unwrap
+from cdc.debezium_types import EncodingError, decode_value, is_unavailable
 from cdc.errors import EventError, SourceConflictError
 from cdc.source import warehouse_table
 from warehouse.base import MirrorTable, Warehouse
@@ -34,7 +38,6 @@ from warehouse.rows import Layout, TextRows, TextValue, text_value
 
 SLOT_PREFIX = "debezium:"
 _OPS = {"c": Op.CREATE, "r": Op.READ, "u": Op.UPDATE, "d": Op.DELETE, "t": Op.TRUNCATE}
-_SKIPPED_OPS = frozenset({"m"})
 _apply_lock = threading.Lock()
 
 Columns = Mapping[str, Mapping[str, str]]  # table -> column -> DuckDB type
@@ -123,15 +126,14 @@ def parse_events(body: Any, columns: Columns, keys: Mapping[str, Sequence[str]])
     tombstones = skipped = 0
     names: set[str] = set()
     for index, item in enumerate(items):
-        payload, schema = _unwrap(item, index)
-        if payload is None:
+        unwrapped = unwrap(item, index)
+        if unwrapped.kind == "tombstone":
             tombstones += 1
             continue
-        op = payload.get("op")
-        if op in _SKIPPED_OPS:
+        if unwrapped.payload is None:
             skipped += 1
             continue
-        event, name = _event(payload, schema, index, columns, keys)
+        event, name = _event(unwrapped.payload, unwrapped.schema, index, columns, keys)
         events.append(event)
         names.add(name)
     if len(names) > 1:
@@ -141,23 +143,6 @@ def parse_events(body: Any, columns: Columns, keys: Mapping[str, Sequence[str]])
             field="source.name",
         )
     return _Parsed(events, tombstones, skipped, next(iter(names), None))
-
-
-def _unwrap(item: Any, index: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(payload, value schema) of one item; payload ``None`` for a tombstone."""
-    if isinstance(item, dict) and "specversion" in item and "data" in item:
-        item = item["data"]  # CloudEvents (debezium.format.value=cloudevents)
-    if item is None:
-        return None, None
-    if not isinstance(item, dict):
-        raise EventError("an event must be a JSON object or null", index=index, field="")
-    if "payload" in item and "schema" in item:
-        schema = item["schema"] if isinstance(item["schema"], dict) else None
-        payload = item["payload"]
-        if payload is not None and not isinstance(payload, dict):
-            raise EventError("payload must be an object or null", index=index, field="payload")
-        return payload, schema
-    return item, None
 
 
 def _event(
@@ -177,11 +162,15 @@ def _event(
     source, name = _source(payload.get("source"), index, columns)
     table = columns[source.table]
     fields = _field_schemas(schema)
-    before = _row(payload, "before", index, table, fields.get("before", {}))
+    # Only the key of ``before`` is used (a delete's tombstone, an update's old key): with
+    # REPLICA IDENTITY DEFAULT Debezium fills its other NOT NULL columns with fallbacks
+    # ("" for text, uuid and jsonb, 0, false, the epoch), which are never written.
+    key = keys[source.table]
+    before = _row(payload, "before", index, table, fields.get("before", {}), only=key)
     after = _row(payload, "after", index, table, fields.get("after", {}))
     unchanged = frozenset(n for n, v in (after or {}).items() if v is _UNCHANGED)
     plain_before, plain_after = _plain(before), _plain(after)
-    _require_rows(op, plain_before, plain_after, keys[source.table], index)
+    _require_rows(op, plain_before, plain_after, key, index)
     return _Event(op, source, plain_before, plain_after, unchanged), name
 
 
@@ -226,7 +215,10 @@ def _row(
     index: int,
     table: Mapping[str, str],
     fields: Mapping[str, Mapping[str, Any]],
+    only: Sequence[str] | None = None,
 ) -> dict[str, TextValue | _Unchanged] | None:
+    """The decoded values of ``payload[part]``; with ``only``, of those columns alone (the
+    others' names are still checked)."""
     raw = payload.get(part)
     if raw is None:
         return None
@@ -241,7 +233,9 @@ def _row(
                 index=index,
                 field=f"{part}.{column}",
             )
-        if value == UNAVAILABLE:
+        if only is not None and column not in only:
+            continue
+        if is_unavailable(value):
             row[column] = _UNCHANGED
             continue
         try:

@@ -25,6 +25,8 @@ from typing import Any
 
 #: Debezium's default ``unavailable.value.placeholder`` (an unchanged TOAST value).
 UNAVAILABLE = "__debezium_unavailable_value"
+#: The same placeholder as a ``bytea`` column carries it (base64 of its bytes).
+UNAVAILABLE_BYTES = base64.b64encode(UNAVAILABLE.encode()).decode()
 _UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PER_SECOND = {
     "io.debezium.time.Timestamp": 1_000,
@@ -35,6 +37,15 @@ _PER_SECOND = {
 _DECIMAL = re.compile(r"^DECIMAL\((\d+),\s*(\d+)\)$")
 _INTEGERS = {"BIGINT", "INTEGER", "SMALLINT", "UBIGINT", "TINYINT", "HUGEINT"}
 _FLOATS = {"DOUBLE", "FLOAT", "REAL"}
+
+
+def is_unavailable(value: Any) -> bool:
+    """Whether ``value`` is Debezium's placeholder for an unchanged TOAST value: the string,
+    a text array of it alone, or its bytes in base64 (Quarry expects Debezium's default
+    ``unavailable.value.placeholder``)."""
+    if isinstance(value, list):
+        return value == [UNAVAILABLE]
+    return value in (UNAVAILABLE, UNAVAILABLE_BYTES)
 
 
 class EncodingError(ValueError):

@@ -67,7 +67,7 @@ class Settings(FollowerSettings):
             limits["catalog_dsn"] = SecretStr(embedded.dsn(CATALOG_DB))
             if section.reader_catalog_dsn is None:
                 limits["reader_catalog_dsn"] = SecretStr(embedded.dsn(CATALOG_DB, user=READER_ROLE))
-        if isinstance(section, DuckLakeConfig) and section.data_path is None:
+        if isinstance(section, DuckLakeConfig) and not (section.data_path or section.data_url):
             limits["data_path"] = self.paths.warehouse
         config = section.model_copy(update=limits)
         try:
@@ -87,4 +87,5 @@ class Settings(FollowerSettings):
             manifest_dir=paths.manifests,
             url_file=paths.service_url,
             port_file=paths.service_port,
+            cdc_source=self.cdc.source,
         )

@@ -19,6 +19,7 @@ from manifests.errors import ManifestError, ManifestNotFoundError, ManifestSchem
 from service.api.middleware import BodyLimitMiddleware
 from service.api.problems import PROBLEM_JSON, document_problems
 from service.api.routes import (
+    auth,
     cdc,
     corpus,
     curations,
@@ -34,6 +35,7 @@ from service.context import ServiceContext
 from service.errors import ServiceError
 from service.metrics import MetricsMiddleware, ServiceMetrics
 from service.settings import ServiceSettings
+from service.sink_auth import JwtIssuer
 from warehouse.errors import (
     QueryError,
     QueryTimeoutError,
@@ -71,7 +73,9 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     )
     context = ServiceContext(settings)
     app.state.context = context
-    app.state.tokens = TokenCache(context.connect, settings.service.token_cache_s)
+    app.state.tokens = TokenCache(
+        context.connect, settings.service.token_cache_s, jwt=_jwt_issuer(settings)
+    )
     app.state.metrics = ServiceMetrics(context.cdc_liveness)
     app.state.health_threads = anyio.CapacityLimiter(4)
     app.add_middleware(
@@ -87,6 +91,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         corpus.router,
         episodes.router,
         cdc.router,
+        auth.router,
         docs.router,
     ):
         app.include_router(router)
@@ -99,6 +104,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         app.add_exception_handler(kind, _package_problem)
     app.add_exception_handler(RequestValidationError, _validation_problem)  # type: ignore[arg-type]
     return app
+
+
+def _jwt_issuer(settings: ServiceSettings) -> JwtIssuer | None:
+    section = settings.service
+    if section.jwt_secret is None:
+        return None
+    return JwtIssuer(section.jwt_secret, section.jwt_max_minutes, section.jwt_max_refresh_minutes)
 
 
 @asynccontextmanager

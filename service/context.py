@@ -47,7 +47,12 @@ class ServiceContext:
         cannot be read or nothing has fed the warehouse yet."""
         slot = self._cdc_slot()
         if slot is None:
-            return Liveness("", "down", "the warehouse has no CDC position: nothing has fed it")
+            feeder = (
+                "no request from Debezium Server yet"
+                if self.settings.cdc_source == "debezium"
+                else "nothing has fed it"
+            )
+            return Liveness("", "down", f"the warehouse has no CDC position: {feeder}")
         try:
             if conn is not None:
                 return read_liveness(conn, slot)

@@ -3,9 +3,12 @@ by the entry point (``quarry serve`` builds it from the ``quarry`` settings)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from curation.config import CurationConfig
 from warehouse.config import WarehouseConfig
@@ -37,6 +40,40 @@ class ServiceConfig(BaseModel):
         "as stalled (Debezium posts only when the source changes: on a source quiet for "
         "longer, quiet and stopped look the same)",
     )
+    webhook_secret: SecretStr | None = Field(
+        default=None,
+        description="Standard Webhooks secret ('whsec_' + base64 of 24 to 64 bytes) that "
+        "Debezium Server's HTTP sink signs its requests with "
+        "(debezium.sink.http.authentication.webhook.secret); unset: signed requests are "
+        "refused",
+    )
+    jwt_secret: SecretStr | None = Field(
+        default=None,
+        min_length=32,
+        description="HMAC key (32 characters at least, the same on every replica) of the "
+        "JWTs POST /v1/auth/authenticate issues for Debezium's JWT authenticator; unset: "
+        "the token endpoints answer 404",
+    )
+    jwt_max_minutes: int = Field(
+        default=60, ge=1, description="longest JWT access-token lifetime granted, minutes"
+    )
+    jwt_max_refresh_minutes: int = Field(
+        default=1440, ge=1, description="longest JWT refresh-token lifetime granted, minutes"
+    )
+
+    @field_validator("webhook_secret")
+    @classmethod
+    def _webhook_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        text = value.get_secret_value().removeprefix("whsec_")
+        try:
+            key = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("must be 'whsec_' followed by base64") from None
+        if not 24 <= len(key) <= 64:
+            raise ValueError(f"must hold 24 to 64 bytes (Debezium's limits), not {len(key)}")
+        return value
 
 
 class ServiceSettings(BaseModel):
@@ -47,6 +84,7 @@ class ServiceSettings(BaseModel):
     :param url_file: where the service publishes the URL it bound.
     :param port_file: where the service remembers the port it bound, to take it again at the
         next start when ``service.port`` is 0 (none: any free port each time).
+    :param cdc_source: what feeds the warehouse (``cdc.source``): reported by ``/readyz``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -58,3 +96,4 @@ class ServiceSettings(BaseModel):
     manifest_dir: Path
     url_file: Path
     port_file: Path | None = None
+    cdc_source: Literal["pgoutput", "debezium"] = "pgoutput"

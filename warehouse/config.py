@@ -46,6 +46,28 @@ class _Section(BaseModel):
             )
 
 
+class S3Config(BaseModel):
+    """Where and how DuckDB's ``httpfs`` reaches the bucket of ``data_url`` (an S3 secret
+    scoped to it); unset parts fall back to AWS's defaults."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    endpoint: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+        description="host[:port] of an S3-compatible server (MinIO); unset: AWS",
+    )
+    region: str = Field(
+        default="us-east-1", pattern=r"^[a-z0-9-]{1,32}$", description="the S3 region of the bucket"
+    )
+    key_id: SecretStr | None = Field(default=None, description="access key ID (a secret)")
+    secret: SecretStr | None = Field(default=None, description="secret access key (a secret)")
+    use_ssl: bool = Field(default=True, description="https to the endpoint")
+    url_style: Literal["vhost", "path"] = Field(
+        default="vhost", description="'path' for MinIO and most S3-compatible servers"
+    )
+
+
 class DuckLakeConfig(_Section):
     """The DuckLake backend (embedded default): catalog in Postgres, data as Parquet.
 
@@ -64,6 +86,13 @@ class DuckLakeConfig(_Section):
     data_path: Path | None = Field(
         default=None, description="folder of the Parquet data files; unset: the state folder's"
     )
+    data_url: str | None = Field(
+        default=None,
+        pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$",
+        description="the Parquet data in S3 instead (s3://bucket/prefix), through DuckDB's "
+        "httpfs; readers may read under it and nowhere else",
+    )
+    s3: S3Config = S3Config()
     reader_catalog_dsn: SecretStr | None = Field(
         default=None,
         description="the catalog login of readers (SELECT only); unset: the embedded "
@@ -98,7 +127,14 @@ class DuckLakeConfig(_Section):
 
     def check_complete(self) -> None:
         """Refuse a section without its catalog or data folder (``WarehouseError``)."""
-        self._require(catalog_dsn=self.catalog_dsn, data_path=self.data_path)
+        self._require(catalog_dsn=self.catalog_dsn, data_path=self.data_path or self.data_url)
+
+    @property
+    def data_location(self) -> str:
+        """Where the data files are, ending in ``/``: ``data_url`` or ``data_path``."""
+        self.check_complete()
+        location = self.data_url or str(self.data_path)
+        return location if location.endswith("/") else location + "/"
 
     @property
     def lake_data_path(self) -> Path:

@@ -14,6 +14,7 @@ import click
 from cdc.follower import follow as run_follower
 from cdc.liveness import liveness_at, writer_slot
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.errors import ConfigError
 from warehouse.backends import open_warehouse
 
 
@@ -35,6 +36,11 @@ def follow(state_dir: Path | None, resnapshot: bool) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     settings = build_settings(state_dir)
+    if settings.cdc.source == "debezium":
+        raise ConfigError(
+            "the warehouse is fed by Debezium (QUARRY_CDC__SOURCE=debezium): no follower "
+            "runs beside it; unset it to follow with pgoutput"
+        )
     config = settings.cdc.model_copy(update={"resnapshot": resnapshot})
     stop = threading.Event()
 

@@ -1,4 +1,4 @@
-"""``quarry up | down | status | serve``."""
+"""``quarry up | down | status | serve | migrate``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import click
 
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
-from quarry.errors import StackError
-from quarry.stack.lifecycle import Stack, StackStatus
+from quarry.errors import ConfigError, StackError
+from quarry.stack.lifecycle import Stack, StackStatus, check_stack_backend
+from quarry.stack.migrations import apply_migrations
 
 
 def _describe(status: StackStatus) -> str:
@@ -58,11 +59,20 @@ def status(state_dir: Path | None, as_json: bool) -> None:
 @STATE_DIR
 @click.option("--host", default=None, help="Interface to bind (default 127.0.0.1).")
 @click.option("--port", type=int, default=None, help="Port to bind (default: a free one).")
-def serve(state_dir: Path | None, host: str | None, port: int | None) -> None:
+@click.option(
+    "--source",
+    type=click.Choice(["pgoutput", "debezium"]),
+    default=None,
+    help="What feeds the warehouse (default $QUARRY_CDC__SOURCE, else pgoutput): Quarry's "
+    "follower, or Debezium Server posting to POST /v1/cdc/debezium (no follower runs).",
+)
+def serve(state_dir: Path | None, host: str | None, port: int | None, source: str | None) -> None:
     """Run the HTTP service in the foreground (``up`` runs it in the background)."""
     from service.server import serve as run_server
 
     settings = build_settings(state_dir)
+    if source is not None:
+        settings.cdc = settings.cdc.model_copy(update={"source": source})
     if host is not None:
         settings.service.host = host
     if port is not None:
@@ -79,6 +89,28 @@ def serve(state_dir: Path | None, host: str | None, port: int | None) -> None:
         ) from None
 
 
+@click.command()
+@STATE_DIR
+def migrate(state_dir: Path | None) -> None:
+    """Apply Quarry's migrations to the operational database (forward only) and create or
+    upgrade the warehouse's tables: the one-shot step of a deployment whose Postgres and
+    warehouse are not the embedded stack's (QUARRY_SOURCE_DSN, QUARRY_WAREHOUSE__...)."""
+    from warehouse.backends import open_warehouse
+
+    settings = build_settings(state_dir)
+    if settings.source_dsn is None:
+        raise ConfigError(
+            "set QUARRY_SOURCE_DSN to the operational database (`quarry up` migrates the "
+            "embedded one itself)"
+        )
+    config = settings.warehouse_config()
+    check_stack_backend(config)
+    applied = apply_migrations(settings.operational_dsn(), settings.sql_dir / "postgres")
+    with open_warehouse(config) as warehouse:
+        warehouse.bootstrap()
+    click.echo(f"migrations applied: {len(applied)}; warehouse ready ({config.backend})")
+
+
 def register(group: click.Group) -> None:
-    for command in (up, down, status, serve):
+    for command in (up, down, status, serve, migrate):
         group.add_command(command)

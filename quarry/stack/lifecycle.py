@@ -1,6 +1,11 @@
 """The embedded stack of one state folder: Postgres, the warehouse, the CDC follower and the
 HTTP service. ``up`` starts what is not running and returns once every part is healthy; the
-parts keep running in the background until ``down``."""
+parts keep running in the background until ``down``.
+
+With ``cdc.source = "debezium"`` (``QUARRY_CDC__SOURCE``) Debezium Server feeds the warehouse
+through the service and no follower runs: ``up`` starts none (and stops one an earlier ``up``
+left running), and the ``cdc`` part reports the Debezium connector's liveness, ``waiting``
+(healthy) until its first request."""
 
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ import httpx
 import psycopg
 from filelock import FileLock
 
-from cdc.liveness import Liveness, liveness_at
+from cdc.debezium import SLOT_PREFIX
+from cdc.liveness import Liveness, liveness_at, writer_slot
 from quarry.errors import ConfigError, StackError
 from quarry.settings import Settings
 from quarry.stack import processes
@@ -91,11 +97,14 @@ class Stack:
             self._start_postgres()
             self._bootstrap_warehouse()
             record = self._read_record()
-            for name in DAEMONS:
+            if self._debezium_fed():
+                processes.terminate((record.pop("cdc", None) or {}).get("pid"), self._marker())
+            for name in self._daemons():
                 record[name] = self._ensure_daemon(name, record.get(name))
             self._write_record(record)
             self._wait_for_service(record["service"]["pid"])
-            self._wait_for_cdc(record["cdc"]["pid"])
+            if not self._debezium_fed():
+                self._wait_for_cdc(record["cdc"]["pid"])
         return self.status()
 
     def down(self) -> None:
@@ -119,6 +128,13 @@ class Stack:
         return StackStatus(str(self.paths.root), url, parts)
 
     # -- parts -----------------------------------------------------------------------------
+
+    def _debezium_fed(self) -> bool:
+        return self.settings.cdc.source == "debezium"
+
+    def _daemons(self) -> tuple[str, ...]:
+        """The daemons ``up`` runs, in start order: no follower when Debezium feeds."""
+        return tuple(d for d in DAEMONS if d != "cdc" or not self._debezium_fed())
 
     def _start_postgres(self) -> None:
         self.postgres.start()
@@ -197,10 +213,21 @@ class Stack:
 
     def _cdc_status(self, pid: int | None) -> PartStatus:
         """The follower as Postgres sees it (``cdc/liveness.py``): its reports and its slot's
-        replication connection, not the pid (a follower may run on another machine)."""
-        live = self._cdc_liveness()
+        replication connection, not the pid (a follower may run on another machine). When
+        Debezium feeds, the connector's liveness by the warehouse's position."""
+        if self._debezium_fed():
+            slot = writer_slot(self.settings.warehouse_config(), "")
+            if not slot.startswith(SLOT_PREFIX):
+                waiting = "no request from Debezium Server yet (POST /v1/cdc/debezium)"
+                return PartStatus(
+                    True, {"source": "debezium", "state": "waiting", "reason": waiting}
+                )
+            live = liveness_at(self.settings.operational_dsn(), slot)
+        else:
+            live = self._cdc_liveness()
         figures = live.status or {}
         detail: dict[str, Any] = {
+            "source": self.settings.cdc.source,
             "state": live.state,
             "pid": live.pid,
             "host": live.host,

@@ -64,8 +64,9 @@ class DuckLakeWarehouse(Warehouse):
 
     def _writer_connection(self) -> duckdb.DuckDBPyConnection:
         if self._writer is None:
-            self._config.lake_data_path.mkdir(parents=True, exist_ok=True)
-            con = new_database(self._config.writer_threads)
+            if self._config.data_url is None:
+                self._config.lake_data_path.mkdir(parents=True, exist_ok=True)
+            con = new_database(self._config.writer_threads, s3=self._config.data_url is not None)
             try:
                 attach_lake(con, self._config, read_only=False)
             except BaseException:

@@ -1,7 +1,8 @@
 """DuckDB connections to the lake: extensions from the wheels, attach, reader lockdown.
 
 The ``ducklake`` and ``postgres`` extensions are loaded from the ``duckdb-extension-*`` wheels
-(DuckDB's extension server is never contacted; signature checks stay on).
+(DuckDB's extension server is never contacted; signature checks stay on), and ``httpfs`` too
+for a lake whose data is in S3 (``data_url``), reached with an S3 secret scoped to it.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def extension_file(name: str) -> Path:
     return path
 
 
-def new_database(threads: int, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    """A fresh in-memory DuckDB with the lake's extensions loaded."""
+def new_database(
+    threads: int, memory_limit: str | None = None, *, s3: bool = False
+) -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory DuckDB with the lake's extensions loaded (``httpfs`` with ``s3``)."""
     config: dict[str, str | bool | int | float | list[str]] = {
         "threads": threads,
         "autoinstall_known_extensions": False,
@@ -49,7 +52,7 @@ def new_database(threads: int, memory_limit: str | None = None) -> duckdb.DuckDB
     if memory_limit is not None:
         config["memory_limit"] = memory_limit
     con = duckdb.connect(config=config)
-    for name in _EXTENSIONS:
+    for name in (*_EXTENSIONS, "httpfs") if s3 else _EXTENSIONS:
         con.execute(f"INSTALL {literal(str(extension_file(name)))}")
         con.execute(f"LOAD {name}")
     con.execute("SET parquet_metadata_cache = true")  # lake files never change once written
@@ -63,7 +66,9 @@ def attach_lake(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig, *, read_
     if read_only and config.reader_catalog_dsn is not None:
         dsn = config.reader_catalog_dsn
     assert dsn is not None
-    options = [f"DATA_PATH {literal(str(config.lake_data_path) + '/')}"]
+    if config.data_url is not None:
+        _s3_secret(con, config)
+    options = [f"DATA_PATH {literal(config.data_location)}"]
     if read_only:
         options.append("READ_ONLY")
     else:
@@ -80,10 +85,29 @@ def attach_lake(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig, *, read_
     con.execute(f"USE {ident(config.alias)}")
 
 
+def _s3_secret(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig) -> None:
+    """A temporary S3 secret of this connection, scoped to the lake's ``data_url``."""
+    s3 = config.s3
+    options = [
+        "TYPE s3",
+        f"REGION {literal(s3.region)}",
+        f"URL_STYLE {literal(s3.url_style)}",
+        f"USE_SSL {'true' if s3.use_ssl else 'false'}",
+        f"SCOPE {literal(config.data_location)}",
+    ]
+    if s3.endpoint is not None:
+        options.append(f"ENDPOINT {literal(s3.endpoint)}")
+    if s3.key_id is not None and s3.secret is not None:
+        options.append(f"KEY_ID {literal(s3.key_id.get_secret_value())}")
+        options.append(f"SECRET {literal(s3.secret.get_secret_value())}")
+    con.execute(f"CREATE OR REPLACE SECRET quarry_lake ({', '.join(options)})")
+
+
 def lock_down(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig) -> None:
-    """Reader hardening: files only under the data path, no new attachments or extensions,
-    a memory limit, and a locked configuration so that a query cannot undo any of it."""
-    data_path = literal(str(config.lake_data_path) + "/")
+    """Reader hardening: files only under the data path (or URL), no new attachments or
+    extensions, a memory limit, and a locked configuration so that a query cannot undo any
+    of it."""
+    data_path = literal(config.data_location)
     con.execute(f"SET allowed_directories = [{data_path}]")
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")

@@ -41,7 +41,11 @@ class LakeReader:
     def _database(self) -> duckdb.DuckDBPyConnection:
         with self._lock:
             if self._db is None:
-                db = new_database(self._config.reader_threads, self._config.reader_memory_limit)
+                db = new_database(
+                    self._config.reader_threads,
+                    self._config.reader_memory_limit,
+                    s3=self._config.data_url is not None,
+                )
                 try:
                     attach_lake(db, self._config, read_only=True)
                     lock_down(db, self._config)

@@ -22,7 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from cdc.debezium import SLOT_PREFIX, DebeziumResult, apply_debezium
 from cdc.errors import CdcError, EventError, SourceConflictError
 from cdc.liveness import Report, report, report_error
-from service.api.deps import Admin, Context
+from service.api.deps import Context, DebeziumSink
 from service.api.problems import problem_responses
 from service.context import ServiceContext
 from service.errors import ServiceError
@@ -71,13 +71,17 @@ class ConflictingSourceError(ServiceError):
 
 @router.post(
     "/debezium",
-    responses=problem_responses(400, 409, 413, 422),
+    responses=problem_responses(400, 401, 403, 409, 413, 422),
 )
-async def debezium(request: Request, context: Context, _: Admin) -> DebeziumAccepted:
+async def debezium(request: Request, context: Context, _: DebeziumSink) -> DebeziumAccepted:
     """Apply one Debezium change event, or a JSON array of them, in one warehouse commit.
 
+    Authenticated by an admin token, a JWT of one (``/v1/auth/authenticate``), or a Standard
+    Webhooks signature under ``service.webhook_secret``.
+
     Events may carry the ``schema``/``payload`` wrapper or not, or come as CloudEvents;
-    ``null`` items (tombstones) are skipped. Re-delivered events change nothing (each row
+    ``null`` items (tombstones), logical messages, transaction boundaries and heartbeats are
+    counted and skipped. Re-delivered events change nothing (each row
     keeps its newest ``source.lsn``).
     """
     body = await _json_body(request)

@@ -65,7 +65,12 @@ def _checks(context: ServiceContext) -> dict[str, dict[str, Any]]:
         liveness = cdc_liveness.unreadable("", error)
     else:
         postgres = {"ok": True}
-    cdc = {"ok": liveness.healthy, "required": False, **_cdc_summary(liveness)}
+    cdc = {
+        "ok": liveness.healthy,
+        "required": False,
+        "source": context.settings.cdc_source,
+        **_cdc_summary(liveness),
+    }
     return {"postgres": postgres, "cdc": cdc}
 
 
