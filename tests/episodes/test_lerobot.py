@@ -1,17 +1,24 @@
 """Reading LeRobot v3.0 datasets (episodes.lerobot): the fixtures lerobot's writer made
-(tests/data/lerobot/), and each bad input named by file, episode and feature."""
+(tests/data/lerobot/), from a folder and from S3 (moto's server on loopback), and each bad
+input named by file, episode and feature."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from moto.server import ThreadedMotoServer
 
+from episodes.episode import EpisodeData
 from episodes.errors import InputError
 from episodes.lerobot.ingest import LeRobotOptions, camera_topic, read_episode, task_id
 from episodes.lerobot.source import LeRobotSource
@@ -122,3 +129,45 @@ def test_rows_and_episode_length_disagree(rig2: Path) -> None:
     )
     with pytest.raises(InputError, match=r"episode 1: 30 data rows, the episodes metadata says 31"):
         read(rig2, 1)
+
+
+@pytest.fixture(scope="module")
+def s3_rig2() -> Iterator[tuple[str, dict[str, Any]]]:
+    """rig2 uploaded to moto's S3 server on a loopback port; its URL and storage options."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        options = {
+            "endpoint_url": f"http://127.0.0.1:{port}",
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"region_name": "us-east-2"},
+        }
+        fs = fsspec.filesystem("s3", **options)
+        fs.mkdir("lerobot-test")
+        fs.put(str(FIXTURES / "rig2"), "lerobot-test/datasets/rig2", recursive=True)
+        yield "s3://lerobot-test/datasets/rig2", options
+    finally:
+        server.stop()
+
+
+def episode_of(source: LeRobotSource, index: int) -> EpisodeData:
+    meta = source.episodes[index]
+    return read_episode(source, meta, source.episode_rows(meta), "id", LeRobotOptions())
+
+
+def test_s3_reads_the_same_episode(s3_rig2: tuple[str, dict[str, Any]]) -> None:
+    url, options = s3_rig2
+    remote = LeRobotSource(url, **options)
+    assert remote.display(remote.episodes[1].data_file).startswith(url + "/data/")
+    a, b = episode_of(remote, 1), episode_of(LeRobotSource(str(FIXTURES / "rig2")), 1)
+    assert all(
+        np.array_equal(x.values, y.values) for x, y in zip(a.vectors, b.vectors, strict=True)
+    )
+    assert all(
+        np.array_equal(x.frames, y.frames) for x, y in zip(a.cameras, b.cameras, strict=True)
+    )
+    assert a.instruction == b.instruction == "open the drawer"
