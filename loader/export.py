@@ -15,6 +15,7 @@ picked). ``meta/info.json`` records the manifest ID, snapshot and CDC position u
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,10 +94,7 @@ def export_lerobot(
             "sql": manifest.sql,
         }
     }
-    try:
-        write_dataset(out, shape, episodes, _stats(manifest, shape), extra)
-    except EpisodeError as error:
-        raise ExportError(str(error)) from error
+    _write_whole(out, shape, episodes, _stats(manifest, shape), extra)
     return ExportResult(
         str(out),
         len(episodes),
@@ -106,6 +104,29 @@ def export_lerobot(
         len(shape.action_names),
         fps,
     )
+
+
+def _write_whole(
+    out: Path,
+    shape: DatasetShape,
+    episodes: list[ExportEpisode],
+    stats: dict[str, dict[str, list[float]]],
+    extra: dict[str, Any],
+) -> None:
+    """Write the dataset in a temporary sibling folder, then rename it to ``out`` (which must
+    be missing or empty), so a failed export leaves no half dataset behind."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ExportError(f"{out} exists and is not an empty folder: name a new one")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as folder:
+        partial = Path(folder) / "dataset"
+        try:
+            write_dataset(partial, shape, episodes, stats, extra)
+        except EpisodeError as error:
+            raise ExportError(str(error)) from error
+        if out.exists():
+            out.rmdir()
+        partial.rename(out)
 
 
 def _rows(manifest: Manifest) -> Iterator[dict[str, Any]]:
@@ -132,45 +153,48 @@ def _control_hz(manifest: Manifest, readers: list[EpisodeReader]) -> int:
 def _shape(
     readers: list[EpisodeReader], rows: list[dict[str, Any]], options: ExportOptions, fps: int
 ) -> DatasetShape:
-    sets = {tuple(sorted(camera_key(c.topic) for c in r.info.cameras)) for r in readers}
-    if options.cameras is not None:
-        keys = tuple(sorted(CAMERA_PREFIX + name for name in options.cameras))
-        lacking = [
-            row["episode_id"]
-            for r, row in zip(readers, rows, strict=True)
-            if not set(keys) <= {camera_key(c.topic) for c in r.info.cameras}
-        ]
-        if lacking:
-            raise ExportError(
-                f"--cameras {','.join(options.cameras)}: {len(lacking)} episodes lack some "
-                f"of them (first {lacking[0]}); the camera sets are {_named(sets)}",
-                episode_id=lacking[0],
-            )
-    elif len(sets) > 1:
+    keys = _camera_keys(readers, rows, options.cameras)
+    states = [tuple(n for t in r.info.state_topics() for n in t.names) for r in readers]
+    actions = [_names(r.info.vector(ACTIONS)) for r in readers]
+    sizes = ({len(s) for s in states}, {len(a) for a in actions})
+    if len(sizes[0]) > 1 or len(sizes[1]) > 1:
         raise ExportError(
-            f"the manifest mixes camera sets {_named(sets)}: a LeRobot dataset has one; "
-            "pick a common set with --cameras (short names, e.g. --cameras front,wrist)"
+            f"the manifest mixes state sizes {sorted(sizes[0])} or action sizes "
+            f"{sorted(sizes[1])}: export one robot's episodes at a time (curate by robot_id)"
         )
-    else:
-        keys = next(iter(sets))
-    state = {tuple(n for t in r.info.state_topics() for n in t.names) for r in readers}
-    action = {_names(r.info.vector(ACTIONS)) for r in readers}
-    if len(state) > 1 or len(action) > 1:
-        raise ExportError(
-            "the manifest mixes state or action sizes (state "
-            f"{sorted({len(s) for s in state})}, action {sorted({len(a) for a in action})} "
-            "dimensions): export one robot's episodes at a time (curate by robot_id)"
-        )
-    sizes = _frame_sizes(readers, keys)
     robot_types = sorted({str(r.info.episode.get("robot_model", "")) for r in readers})
     return DatasetShape(
         fps=fps,
         robot_type=robot_types[0] if len(robot_types) == 1 else "mixed",
-        cameras=sizes,
-        state_names=next(iter(state)),
-        action_names=next(iter(action)),
+        cameras=_frame_sizes(readers, keys),
+        state_names=states[0],
+        action_names=actions[0],
         codec=options.codec,
     )
+
+
+def _camera_keys(
+    readers: list[EpisodeReader], rows: list[dict[str, Any]], picked: tuple[str, ...] | None
+) -> tuple[str, ...]:
+    """The cameras to export: every episode's (which must be one set), or ``picked``."""
+    have = [{camera_key(c.topic) for c in r.info.cameras} for r in readers]
+    sets = {tuple(sorted(h)) for h in have}
+    if picked is None:
+        if len(sets) > 1:
+            raise ExportError(
+                f"the manifest mixes camera sets {_named(sets)}: a LeRobot dataset has one; "
+                "pick a common set with --cameras (short names, e.g. --cameras front,wrist)"
+            )
+        return next(iter(sets))
+    keys = tuple(sorted(CAMERA_PREFIX + name for name in picked))
+    lacking = [row["episode_id"] for h, row in zip(have, rows, strict=True) if not set(keys) <= h]
+    if lacking:
+        raise ExportError(
+            f"--cameras {','.join(picked)}: {len(lacking)} episodes lack some of them "
+            f"(first {lacking[0]}); the camera sets are {_named(sets)}",
+            episode_id=lacking[0],
+        )
+    return keys
 
 
 def _frame_sizes(readers: list[EpisodeReader], keys: tuple[str, ...]) -> dict[str, tuple[int, int]]:

@@ -124,8 +124,8 @@ def export_lerobot_command(
     becomes one episode, resampled to one fps; meta/info.json records the manifest ID, its
     snapshot and CDC position under "quarry".
     """
-    if out.exists() and any(out.iterdir()):
-        raise BadInputError(f"{out} exists and is not empty: name a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise BadInputError(f"{out} exists and is not an empty folder: name a new one")
     settings = build_settings(state_dir)
     path = node_manifest(settings, manifest_id)
     picked = tuple(c.strip() for c in cameras.split(",") if c.strip()) if cameras else None

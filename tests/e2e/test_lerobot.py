@@ -203,6 +203,8 @@ def test_mixed_rigs_need_a_common_camera_set(state: Path, peer_venv: None, tmp_p
         state, *args, str(tmp_path / "common"), "--cameras", "front,wrist", "--fps", "10"
     )
     assert code == 0, err
+    code, _, err = quarry(state, *args, str(tmp_path / "common"), "--cameras", "front")
+    assert code == 2 and "not an empty folder" in err
     record = read_back(tmp_path / "common")
     assert record["episodes"] == 2 and record["fps"] == 10
     assert record["cameras"] == ["observation.images.front", "observation.images.wrist"]
