@@ -150,17 +150,26 @@ def test_rig3_round_trip(state: Path, peer_venv: None, tmp_path: Path) -> None:
     assert code == 0 and out["registered"] == 1
     code, out, _ = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"))
     assert code == 0 and (out["registered"], out["skipped"]) == (1, 1)
-    report = round_trip(state, tmp_path, "rig3", 2)
+    report = round_trip(state, tmp_path, "rig3", 2, "av1")
     print(f"\nrig3: {report}")
 
 
-def round_trip(state: Path, tmp_path: Path, rig: str, episodes: int) -> dict[str, Any]:
+def round_trip(
+    state: Path, tmp_path: Path, rig: str, episodes: int, codec: str = "h264"
+) -> dict[str, Any]:
     """Curate a rig's episodes, export them, and compare with the source in lerobot."""
     manifest = curate(state, f"SELECT * FROM episodes WHERE robot_id = 'quarry_{rig}'", episodes)
     assert manifest["rows"] == episodes
     out = tmp_path / f"{rig}-export"
     code, result, err = quarry(
-        state, "export", "lerobot", "--manifest", manifest["manifest_id"], str(out)
+        state,
+        "export",
+        "lerobot",
+        "--manifest",
+        manifest["manifest_id"],
+        str(out),
+        "--codec",
+        codec,
     )
     assert code == 0, err
     assert result["episodes"] == episodes
@@ -175,7 +184,7 @@ def round_trip(state: Path, tmp_path: Path, rig: str, episodes: int) -> dict[str
         assert row["length"] == row["source_length"], row
     worst = min(db for row in compared for db in row["min_psnr_db"].values())
     assert worst >= MIN_PSNR_DB, compared
-    return {"episodes": episodes, "frames": record["frames"], "min_psnr_db": round(worst, 2)}
+    return {"codec": codec, "frames": record["frames"], "min_psnr_db": round(worst, 2)}
 
 
 def test_instruction_is_curatable(state: Path) -> None:
