@@ -68,7 +68,10 @@ def ingest_dataset(
         metas = select_episodes(source, indices)
     except EpisodeError as error:
         raise service_error(error) from error
-    options = LeRobotOptions(robot=robot, source=repo_id or dataset)
+    local = "://" not in dataset
+    options = LeRobotOptions(
+        robot=robot, source=repo_id or (str(Path(dataset).resolve()) if local else dataset)
+    )
     results: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
     for meta in metas:

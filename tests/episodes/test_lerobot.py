@@ -20,8 +20,17 @@ from moto.server import ThreadedMotoServer
 
 from episodes.episode import EpisodeData
 from episodes.errors import InputError
-from episodes.lerobot.ingest import LeRobotOptions, camera_topic, read_episode, task_id
+from episodes.ingest import store_episode
+from episodes.lerobot.ingest import (
+    STATS_MISMATCH,
+    LeRobotOptions,
+    camera_topic,
+    check_stats,
+    read_episode,
+    task_id,
+)
 from episodes.lerobot.source import LeRobotSource
+from episodes.writer import WriteOptions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "lerobot"
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
@@ -171,3 +180,27 @@ def test_s3_reads_the_same_episode(s3_rig2: tuple[str, dict[str, Any]]) -> None:
         np.array_equal(x.frames, y.frames) for x, y in zip(a.cameras, b.cameras, strict=True)
     )
     assert a.instruction == b.instruction == "open the drawer"
+
+
+def stats_flags(root: Path, objects: Path) -> tuple[list[str], dict[str, Any]]:
+    source = LeRobotSource(str(root))
+    meta = source.episodes[0]
+    episode = read_episode(source, meta, source.episode_rows(meta), "id", LeRobotOptions())
+    prepared = store_episode(episode, objects, WriteOptions())
+    check_stats(prepared.quality, prepared.stats, source, meta)
+    return prepared.quality.flag_names, prepared.quality.report["lerobot_stats"]
+
+
+def test_lerobot_stats_are_checked_against_quarrys(rig2: Path, tmp_path: Path) -> None:
+    flags, report = stats_flags(rig2, tmp_path / "objects")
+    assert STATS_MISMATCH not in flags and report == {"checked": True, "differences": 0}
+    path = rig2 / EPISODES
+    table = pq.read_table(path)
+    column = "stats/action/mean"
+    means = table[column].to_pylist()
+    means[0] = [m + 0.01 for m in means[0]]
+    pq.write_table(
+        table.set_column(table.schema.get_field_index(column), column, pa.array(means)), path
+    )
+    flags, report = stats_flags(rig2, tmp_path / "again")
+    assert STATS_MISMATCH in flags and report == {"checked": True, "differences": 6}
