@@ -166,8 +166,8 @@ def _camera(
 ) -> CameraStream:
     file, from_s, to_s = meta.videos[key]
     try:
-        data = source.read_bytes(file)
-        frames = decode_span(data, from_s, to_s, source.fps, name=source.display(file))
+        with source.open(file) as stream:
+            frames = decode_span(stream, from_s, to_s, source.fps, name=source.display(file))
     except EpisodeError as error:
         error.message = f"episode {meta.index}: {error.message}"
         error.topic = key

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO, cast
 
 import fsspec
 import pyarrow as pa
@@ -69,6 +69,7 @@ class LeRobotSource:
 
     def __init__(self, url: str, roles: dict[str, str] | None = None, **storage: Any) -> None:
         self.url = url.rstrip("/")
+        self._table: tuple[str, pa.Table] | None = None
         self.fs, self.root = fsspec.core.url_to_fs(self.url, **storage)
         self.info = self._info()
         self.version = str(self.info.get("codebase_version"))
@@ -93,21 +94,34 @@ class LeRobotSource:
         """A file of the dataset as the user named the dataset (``s3://...`` kept)."""
         return f"{self.url}/{relative}"
 
-    def read_bytes(self, relative: str) -> bytes:
+    def open(self, relative: str) -> BinaryIO:
+        """A seekable reader over a file of the dataset (video files are read by range)."""
         try:
-            with self.fs.open(self.path(relative), "rb") as stream:
-                return bytes(stream.read())
+            return cast(BinaryIO, self.fs.open(self.path(relative), "rb"))
         except FileNotFoundError:
             raise InputError("file missing from the dataset", file=self.display(relative)) from None
         except OSError as error:
             raise SourceError(f"cannot read: {error}", file=self.display(relative)) from error
 
+    def read_bytes(self, relative: str) -> bytes:
+        with self.open(relative) as stream:
+            try:
+                return bytes(stream.read())
+            except OSError as error:
+                raise SourceError(f"cannot read: {error}", file=self.display(relative)) from error
+
     def read_table(self, relative: str) -> pa.Table:
+        """A Parquet file of the dataset; the last data file read is kept, since consecutive
+        episodes share one."""
+        if self._table is not None and self._table[0] == relative:
+            return self._table[1]
         data = self.read_bytes(relative)
         try:
-            return pq.read_table(pa.BufferReader(data))
+            table = pq.read_table(pa.BufferReader(data))
         except pa.ArrowException as error:
             raise InputError(f"not a Parquet file: {error}", file=self.display(relative)) from None
+        self._table = (relative, table)
+        return table
 
     def _info(self) -> dict[str, Any]:
         data = self.read_bytes("meta/info.json")

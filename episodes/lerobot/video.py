@@ -7,7 +7,7 @@ frame period so that rounding of the stored timestamps does not move a frame acr
 
 from __future__ import annotations
 
-import io
+from typing import BinaryIO
 
 import av
 import numpy as np
@@ -17,9 +17,10 @@ from episodes.errors import DecodeError
 
 
 def decode_span(
-    data: bytes, from_s: float, to_s: float, fps: float, *, name: str
+    stream: BinaryIO, from_s: float, to_s: float, fps: float, *, name: str
 ) -> npt.NDArray[np.uint8]:
-    """RGB frames (N, H, W, 3) of the video ``data`` shown in ``[from_s, to_s)`` seconds.
+    """RGB frames (N, H, W, 3) of the video in ``stream`` (seekable; read by range, from a
+    keyframe before ``from_s`` on) shown in ``[from_s, to_s)`` seconds.
 
     :raises DecodeError: the file does not open or a frame does not decode (``name`` is the
         file named in the error).
@@ -27,13 +28,11 @@ def decode_span(
     half = 0.5 / fps
     frames: list[npt.NDArray[np.uint8]] = []
     try:
-        with av.open(io.BytesIO(data), mode="r") as container:
-            stream = container.streams.video[0]
-            if from_s > half and stream.time_base is not None:
-                container.seek(
-                    int((from_s - half) / stream.time_base), stream=stream, backward=True
-                )
-            for frame in container.decode(stream):
+        with av.open(stream, mode="r") as container:
+            video = container.streams.video[0]
+            if from_s > half and video.time_base is not None:
+                container.seek(int((from_s - half) / video.time_base), stream=video, backward=True)
+            for frame in container.decode(video):
                 if frame.pts is None or frame.time is None:
                     continue
                 if frame.time >= to_s - half:
