@@ -86,9 +86,7 @@ def round_trip(manifest: Path, rig: str, codec: str, out: Path) -> dict[str, Any
             str(ROOT / "benchmarks/peers_bench/run.sh"),
             "python",
             str(FIXTURES / "read_back.py"),
-            str(out),
-            "--source",
-            str(FIXTURES / rig),
+            f"{out}={FIXTURES / rig}",
         ],
         capture_output=True,
         text=True,
@@ -96,7 +94,7 @@ def round_trip(manifest: Path, rig: str, codec: str, out: Path) -> dict[str, Any
         cwd=ROOT,
         check=True,
     )
-    record = json.loads(done.stdout.strip().splitlines()[-1])
+    (record,) = json.loads(done.stdout.strip().splitlines()[-1]).values()
     compared = record["compared"]
     exact = all(c["states_equal"] and c["actions_equal"] and c["task_equal"] for c in compared)
     worst = min(db for c in compared for db in c["min_psnr_db"].values())

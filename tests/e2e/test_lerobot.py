@@ -5,8 +5,11 @@ same states and actions exactly, the same tasks and episode boundaries, and fram
 PSNR >= 35 dB against the source's frames. A synthetic mixed-rig curation is refused by
 export, naming the camera sets, until ``--cameras`` picks a common set.
 
-Takes about 2 minutes (a stack, lerobot's imports in three peer-venv runs, 2 synthetic
-episodes), plus the peer venv's build the first time."""
+The module's fixture runs the commands in order (a bad copy of rig2 first, so that its good
+episodes are the ones the real rig2 then skips), and one peer-venv process reads every export
+back (lerobot imports once). 4 minutes here with five engineers sharing 2 cores (load 18),
+less on an idle machine; plus the peer venv's
+build the first time."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,53 +36,27 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "data" / "lerobot"
 PEERS = ROOT / "benchmarks" / "peers_bench"
 MIN_PSNR_DB = 35.0
+RIGS = {"rig2": (3, "h264"), "rig3": (2, "av1")}  # episodes, export codec
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
-
-@pytest.fixture(scope="module")
-def peer_venv() -> None:
-    """The peer venv, built by setup.sh if missing or stale (minutes the first time)."""
-    done = subprocess.run(
-        ["bash", str(PEERS / "setup.sh")], capture_output=True, text=True, timeout=1500, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+Run = tuple[int, Any, str]  # exit code, JSON output, stderr
 
 
-@pytest.fixture(scope="module")
-def state() -> Iterator[Path]:
-    with private_folder("quarry-test-lerobot-") as folder:
-        state = folder / "state"
-        try:
-            assert run_json(state, "up")["healthy"]
-            yield state
-        finally:
-            run_quarry(state, "down", check=False)
+@dataclass
+class Story:
+    """What the module's commands answered, in the order they ran."""
+
+    folder: Path
+    runs: dict[str, Run] = field(default_factory=dict)
+    manifests: dict[str, str] = field(default_factory=dict)
+    rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=dict)
+    read_back: dict[str, Any] = field(default_factory=dict)
 
 
-def quarry(state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+def quarry(state: Path, *args: str) -> Run:
     done = run_quarry(state, *args, "--json", check=False)
     return done.returncode, json.loads(done.stdout or "null"), done.stderr
-
-
-def read_back(export: Path, source: Path | None = None) -> dict[str, Any]:
-    args = [str(export)] + (["--source", str(source)] if source else [])
-    done = subprocess.run(
-        [
-            "bash",
-            str(PEERS / "run.sh"),
-            "--no-setup",
-            "python",
-            str(FIXTURES / "read_back.py"),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def curate(state: Path, sql: str, want: int, timeout_s: float = 60.0) -> dict[str, Any]:
@@ -115,66 +93,137 @@ def shortened_copy(folder: Path, episode: int) -> Path:
     return copy
 
 
-def test_rig2_round_trip(state: Path, peer_venv: None, tmp_path: Path) -> None:
-    # A bad episode registers nothing and names file, episode and feature; the others go in.
-    code, out, err = quarry(state, "ingest", "lerobot", str(shortened_copy(tmp_path, 1)))
+def read_back(pairs: list[str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [
+            "bash",
+            str(PEERS / "run.sh"),
+            "--no-setup",
+            "python",
+            str(FIXTURES / "read_back.py"),
+            *pairs,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def ingest_rigs(state: Path, story: Story) -> None:
+    runs = story.runs
+    runs["short"] = quarry(state, "ingest", "lerobot", str(shortened_copy(story.folder, 1)))
+    story.rows["after short"] = episode_rows(state, "quarry_rig2")
+    runs["rig2"] = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig2"))
+    runs["rig2 again"] = quarry(
+        state, "ingest", "lerobot", str(FIXTURES / "rig2"), "--episodes", "0-2"
+    )
+    runs["rig3 one"] = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"), "--episodes", "1")
+    runs["rig3"] = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"))
+    story.rows["rig2"] = episode_rows(state, "quarry_rig2")
+
+
+def export_rigs(state: Path, story: Story, pairs: list[str]) -> None:
+    for rig, (episodes, codec) in RIGS.items():
+        sql = f"SELECT * FROM episodes WHERE robot_id = 'quarry_{rig}'"
+        manifest = curate(state, sql, episodes)
+        story.manifests[rig] = manifest["manifest_id"]
+        out = story.folder / f"{rig}-export"
+        story.runs[f"export {rig}"] = quarry(
+            state,
+            "export",
+            "lerobot",
+            "--manifest",
+            manifest["manifest_id"],
+            str(out),
+            "--codec",
+            codec,
+        )
+        pairs.append(f"{out}={FIXTURES / rig}")
+    sql = (
+        "SELECT e.* FROM episodes AS e JOIN episode_instructions AS i ON i.episode_id = e.id "
+        "WHERE i.instruction = 'pick up the red cube'"
+    )
+    story.manifests["instruction"] = str(curate(state, sql, 2)["rows"])
+
+
+def export_synthetic(state: Path, story: Story, pairs: list[str]) -> None:
+    # Seed 1's first two episodes are koi-03's (3 cameras) and heron-01's (2 cameras).
+    synth = ("ingest", "synth", "--episodes", "2", "--seed", "1", "--workers", "1")
+    story.runs["synth"] = quarry(state, *synth)
+    manifest = curate(state, "SELECT * FROM episodes WHERE robot_id NOT LIKE 'quarry_%'", 2)
+    args = ("export", "lerobot", "--manifest", manifest["manifest_id"])
+    folder = story.folder
+    story.runs["mixed"] = quarry(state, *args, str(folder / "mixed"))
+    story.runs["lacking"] = quarry(state, *args, str(folder / "bad"), "--cameras", "front,side")
+    story.runs["common"] = quarry(
+        state, *args, str(folder / "common"), "--cameras", "front,wrist", "--fps", "10"
+    )
+    story.runs["again"] = quarry(state, *args, str(folder / "common"), "--cameras", "front")
+    pairs.append(str(folder / "common"))
+
+
+@pytest.fixture(scope="module")
+def story(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Story]:
+    setup = subprocess.run(
+        ["bash", str(PEERS / "setup.sh")], capture_output=True, text=True, timeout=1500, cwd=ROOT
+    )
+    assert setup.returncode == 0, setup.stderr[-3000:]
+    with private_folder("quarry-test-lerobot-") as folder:
+        state = folder / "state"
+        story = Story(tmp_path_factory.mktemp("lerobot"))
+        try:
+            assert run_json(state, "up")["healthy"]
+            pairs: list[str] = []
+            ingest_rigs(state, story)
+            export_rigs(state, story, pairs)
+            export_synthetic(state, story, pairs)
+            story.read_back = read_back(pairs)
+            yield story
+        finally:
+            run_quarry(state, "down", check=False)
+
+
+def test_a_bad_episode_registers_nothing_and_is_named(story: Story) -> None:
+    code, out, err = story.runs["short"]
     assert code == 2 and (out["registered"], out["failed"]) == (2, 1)
     (error,) = out["errors"]
     assert "episode 1:" in error["message"] and error["topic"] == "observation.images.wrist"
     assert error["file"].endswith("videos/observation.images.wrist/chunk-000/file-000.mp4")
     assert "episode 1" in err and "observation.images.wrist" in err
-    assert len(episode_rows(state, "quarry_rig2")) == 2
+    assert len(story.rows["after short"]) == 2
 
-    started = time.perf_counter()
-    code, out, _ = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig2"))
-    ingest_s = time.perf_counter() - started
-    assert code == 0 and (out["registered"], out["skipped"]) == (1, 2)
-    code, out, _ = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig2"), "--episodes", "0-2")
-    assert code == 0 and (out["registered"], out["skipped"]) == (0, 3)
-    rows = episode_rows(state, "quarry_rig2")
+
+def test_ingest_is_idempotent_and_keeps_instructions(story: Story) -> None:
+    runs = story.runs
+    assert runs["rig2"][0] == 0 and (runs["rig2"][1]["registered"], runs["rig2"][1]["skipped"]) == (
+        1,
+        2,
+    )
+    assert (runs["rig2 again"][1]["registered"], runs["rig2 again"][1]["skipped"]) == (0, 3)
+    assert runs["rig3 one"][1]["registered"] == 1
+    assert (runs["rig3"][1]["registered"], runs["rig3"][1]["skipped"]) == (1, 1)
+    rows = story.rows["rig2"]
     assert [(r[0], r[1]) for r in rows] == [
         ("open the drawer", 30),
         ("pick up the red cube", 20),
         ("pick up the red cube", 24),
     ]
     assert {r[2] for r in rows} == {10.0}
-    assert {r[3] for r in rows} == {f"lerobot:{FIXTURES / 'rig2'}@v3.0"} | {
-        f"lerobot:{tmp_path / 'rig2-short'}@v3.0"
-    }
-    report = round_trip(state, tmp_path, "rig2", 3)
-    print(f"\nrig2: ingest {ingest_s:.1f} s for the last episode; {report}")
+    stamps = {f"lerobot:{FIXTURES / 'rig2'}@v3.0", f"lerobot:{story.folder / 'rig2-short'}@v3.0"}
+    assert {r[3] for r in rows} == stamps
+    assert story.manifests["instruction"] == "2"  # curated through episode_instructions
 
 
-def test_rig3_round_trip(state: Path, peer_venv: None, tmp_path: Path) -> None:
-    code, out, _ = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"), "--episodes", "1")
-    assert code == 0 and out["registered"] == 1
-    code, out, _ = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"))
-    assert code == 0 and (out["registered"], out["skipped"]) == (1, 1)
-    report = round_trip(state, tmp_path, "rig3", 2, "av1")
-    print(f"\nrig3: {report}")
-
-
-def round_trip(
-    state: Path, tmp_path: Path, rig: str, episodes: int, codec: str = "h264"
-) -> dict[str, Any]:
-    """Curate a rig's episodes, export them, and compare with the source in lerobot."""
-    manifest = curate(state, f"SELECT * FROM episodes WHERE robot_id = 'quarry_{rig}'", episodes)
-    assert manifest["rows"] == episodes
-    out = tmp_path / f"{rig}-export"
-    code, result, err = quarry(
-        state,
-        "export",
-        "lerobot",
-        "--manifest",
-        manifest["manifest_id"],
-        str(out),
-        "--codec",
-        codec,
-    )
-    assert code == 0, err
-    assert result["episodes"] == episodes
-    record = read_back(out, FIXTURES / rig)
-    assert record["quarry"]["manifest_id"] == manifest["manifest_id"]
+@pytest.mark.parametrize("rig", sorted(RIGS))
+def test_lerobot_reads_back_the_export(story: Story, rig: str) -> None:
+    episodes, codec = RIGS[rig]
+    code, result, err = story.runs[f"export {rig}"]
+    assert code == 0 and result["episodes"] == episodes, err
+    record = story.read_back[f"{story.folder / f'{rig}-export'}={FIXTURES / rig}"]
+    assert record["quarry"]["manifest_id"] == story.manifests[rig]
     assert record["quarry"]["snapshot_id"] is not None and record["quarry"]["cdc_position"]
     assert record["episodes"] == record["source_episodes"] == episodes
     compared = record["compared"]
@@ -183,38 +232,23 @@ def round_trip(
         assert row["states_equal"] and row["actions_equal"] and row["task_equal"], row
         assert row["length"] == row["source_length"], row
     worst = min(db for row in compared for db in row["min_psnr_db"].values())
+    print(f"\n{rig} ({codec}): {record['frames']} frames, lowest PSNR {worst:.2f} dB")
     assert worst >= MIN_PSNR_DB, compared
-    return {"codec": codec, "frames": record["frames"], "min_psnr_db": round(worst, 2)}
 
 
-def test_instruction_is_curatable(state: Path) -> None:
-    code, _, _ = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig2"))
-    assert code == 0
-    sql = (
-        "SELECT e.* FROM episodes AS e JOIN episode_instructions AS i ON i.episode_id = e.id "
-        "WHERE i.instruction = 'pick up the red cube'"
-    )
-    assert curate(state, sql, 2)["rows"] == 2
-
-
-def test_mixed_rigs_need_a_common_camera_set(state: Path, peer_venv: None, tmp_path: Path) -> None:
-    # Seed 1's first two episodes are koi-03's (3 cameras) and heron-01's (2 cameras).
-    synth = ("ingest", "synth", "--episodes", "2", "--seed", "1", "--workers", "1")
-    assert run_json(state, *synth)["episodes"] == 2
-    manifest = curate(state, "SELECT * FROM episodes WHERE robot_id NOT LIKE 'quarry_%'", 2)
-    args = ("export", "lerobot", "--manifest", manifest["manifest_id"])
-    code, _, err = quarry(state, *args, str(tmp_path / "mixed"))
+def test_mixed_rigs_need_a_common_camera_set(story: Story) -> None:
+    runs = story.runs
+    assert runs["synth"][0] == 0 and runs["synth"][1]["episodes"] == 2
+    code, _, err = runs["mixed"]
     assert code == 2 and "mixes camera sets [front, side, wrist] and [front, wrist]" in err
-    assert not (tmp_path / "mixed" / "meta").exists()
-    code, _, err = quarry(state, *args, str(tmp_path / "bad"), "--cameras", "front,side")
+    assert not (story.folder / "mixed").exists()
+    code, _, err = runs["lacking"]
     assert code == 2 and "--cameras front,side" in err
-    code, result, err = quarry(
-        state, *args, str(tmp_path / "common"), "--cameras", "front,wrist", "--fps", "10"
-    )
+    code, result, err = runs["common"]
     assert code == 0, err
-    code, _, err = quarry(state, *args, str(tmp_path / "common"), "--cameras", "front")
+    code, _, err = runs["again"]
     assert code == 2 and "not an empty folder" in err
-    record = read_back(tmp_path / "common")
+    record = story.read_back[str(story.folder / "common")]
     assert record["episodes"] == 2 and record["fps"] == 10
     assert record["cameras"] == ["observation.images.front", "observation.images.wrist"]
     assert record["state_dim"] == 13 and sum(record["lengths"]) == result["frames"]

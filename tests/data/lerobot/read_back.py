@@ -1,12 +1,13 @@
-"""Reads a LeRobot dataset back with lerobot's own `LeRobotDataset`, offline, and compares it.
+"""Reads LeRobot datasets back with lerobot's own `LeRobotDataset`, offline, and compares them.
 
 Run inside the peer venv (docs/peers.md):
-`benchmarks/peers_bench/run.sh python tests/data/lerobot/read_back.py EXPORT [--source SRC]`.
-Prints one JSON line. Always: episodes, frames, features, fps, tasks and `info.json`'s `quarry`
-record of EXPORT. With `--source` (the LeRobot dataset that was ingested), each exported
-episode is matched to the source episode with the same states, and the line adds, per
-episode, whether states, actions and task are equal, the lengths, and the PSNR (dB) of every
-camera's frames against the source's frames as lerobot decodes them (the lowest frame's).
+`benchmarks/peers_bench/run.sh python tests/data/lerobot/read_back.py EXPORT[=SOURCE]...`.
+Prints one JSON line: an object keyed by each EXPORT as given. Always: episodes, frames,
+features, fps, tasks and `info.json`'s `quarry` record of EXPORT. With `=SOURCE` (the LeRobot
+dataset that was ingested), each exported episode is matched to the source episode with the
+same states, and the record adds, per episode, whether states, actions and task are equal,
+the lengths, and the PSNR (dB) of every camera's frames against the source's frames as
+lerobot decodes them (the lowest frame's). One process for all, so lerobot imports once.
 """
 
 from __future__ import annotations
@@ -89,12 +90,8 @@ def compare(exported: list[dict[str, Any]], source: list[dict[str, Any]]) -> lis
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("export", type=Path)
-    parser.add_argument("--source", type=Path)
-    args = parser.parse_args()
-    dataset, exported = episodes_of(args.export)
+def describe(export: Path, source: Path | None) -> dict[str, Any]:
+    dataset, exported = episodes_of(export)
     record: dict[str, Any] = {
         "episodes": dataset.num_episodes,
         "frames": len(dataset),
@@ -105,11 +102,22 @@ def main() -> None:
         "lengths": [len(e["state"]) for e in exported],
         "quarry": dataset.meta.info.get("quarry"),
     }
-    if args.source is not None:
-        _, source = episodes_of(args.source)
-        record["source_episodes"] = len(source)
-        record["compared"] = compare(exported, source)
-    print(json.dumps(record))
+    if source is not None:
+        _, original = episodes_of(source)
+        record["source_episodes"] = len(original)
+        record["compared"] = compare(exported, original)
+    return record
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("pairs", nargs="+", metavar="EXPORT[=SOURCE]")
+    args = parser.parse_args()
+    out = {}
+    for pair in args.pairs:
+        export, _, source = pair.partition("=")
+        out[pair] = describe(Path(export), Path(source) if source else None)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":
