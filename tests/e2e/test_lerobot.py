@@ -122,6 +122,8 @@ def ingest_rigs(state: Path, story: Story) -> None:
     runs["rig3 one"] = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"), "--episodes", "1")
     runs["rig3"] = quarry(state, "ingest", "lerobot", str(FIXTURES / "rig3"))
     story.rows["rig2"] = episode_rows(state, "quarry_rig2")
+    episode = runs["rig3"][1]["results"][0]["episode_id"]
+    story.runs["show"] = quarry(state, "episodes", "show", episode)
 
 
 def export_rigs(state: Path, story: Story, pairs: list[str]) -> None:
@@ -214,6 +216,8 @@ def test_ingest_is_idempotent_and_keeps_instructions(story: Story) -> None:
     stamps = {f"lerobot:{FIXTURES / 'rig2'}@v3.0", f"lerobot:{story.folder / 'rig2-short'}@v3.0"}
     assert {r[3] for r in rows} == stamps
     assert story.manifests["instruction"] == "2"  # curated through episode_instructions
+    code, shown, _ = story.runs["show"]
+    assert code == 0 and shown["instruction"] == "stack the blocks"
 
 
 @pytest.mark.parametrize("rig", sorted(RIGS))
