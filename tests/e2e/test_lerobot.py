@@ -7,8 +7,8 @@ export, naming the camera sets, until ``--cameras`` picks a common set.
 
 The module's fixture runs the commands in order (a bad copy of rig2 first, so that its good
 episodes are the ones the real rig2 then skips), and one peer-venv process reads every export
-back (lerobot imports once). 4 minutes here with five engineers sharing 2 cores (load 18),
-less on an idle machine; plus the peer venv's build the first time."""
+back (lerobot imports once). 134 s here with other engineers' tests on the same 2 cores
+(252 s at a load average of 18); plus the peer venv's build the first time."""
 
 from __future__ import annotations
 
