@@ -20,7 +20,7 @@ _SUMMARY = (
 _DETAIL = (
     "id, robot_id, task_id, site, operator, started_at, ended_at, start_ns, end_ns, steps, "
     "control_hz, success, uri, size_bytes, sha256, topics, status, schema_version, "
-    "pipeline_version, robot_sw_version, created_at, updated_at"
+    "pipeline_version, robot_sw_version, instruction, created_at, updated_at"
 )
 
 

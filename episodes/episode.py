@@ -86,6 +86,8 @@ class EpisodeData:
 
     ``start_ns``/``end_ns`` bound the log time (integer nanoseconds since the Unix epoch),
     ``end_ns`` exclusive; every message lies inside. ``steps`` counts control-rate steps.
+    ``instruction`` is the episode's language instruction (a LeRobot task string), ``""`` for
+    none.
     """
 
     episode_id: str
@@ -103,6 +105,7 @@ class EpisodeData:
     vectors: list[VectorStream]
     stamps: Stamps = field(default_factory=Stamps)
     extra: dict[str, str] = field(default_factory=dict)
+    instruction: str = ""
 
     @property
     def started_at(self) -> dt.datetime:

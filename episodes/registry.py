@@ -53,6 +53,7 @@ class EpisodeRecord:
     sha256: str
     topics: list[dict[str, Any]]
     stamps: Stamps
+    instruction: str | None = None
 
 
 def record_from_info(info: ContainerInfo, uri: str, size_bytes: int, sha256: str) -> EpisodeRecord:
@@ -81,6 +82,7 @@ def record_from_info(info: ContainerInfo, uri: str, size_bytes: int, sha256: str
             for t in info.topics.values()
         ],
         stamps=info.stamps,
+        instruction=str(ep["instruction"]) if ep.get("instruction") else None,
     )
 
 
@@ -90,9 +92,9 @@ _EPISODE = """
 INSERT INTO episodes (
     id, robot_id, task_id, site, operator, started_at, ended_at, start_ns, end_ns, steps,
     control_hz, success, uri, size_bytes, sha256, topics, schema_version, pipeline_version,
-    robot_sw_version, qc_report
+    robot_sw_version, qc_report, instruction
 ) VALUES (
-    %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s
+    %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s
 ) ON CONFLICT (id) DO NOTHING RETURNING id
 """
 _FLAG = "INSERT INTO episode_quality_flags (episode_id, flag, detail) VALUES (%s, %s, %s)"
@@ -163,6 +165,7 @@ def _episode_params(record: EpisodeRecord, quality: QualityReport) -> tuple[Any,
         record.stamps.pipeline_version,
         record.stamps.robot_sw_version,
         Jsonb(quality.report),
+        record.instruction,
     )
 
 

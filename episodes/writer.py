@@ -180,6 +180,8 @@ def container_metadata(episode: EpisodeData, options: WriteOptions) -> dict[str,
         "success": episode.success,
         "extra": episode.extra,
     }
+    if episode.instruction:  # absent otherwise, so containers without one keep their bytes
+        description["instruction"] = episode.instruction
     stamps = {
         "schema_version": episode.stamps.schema_version,
         "pipeline_version": episode.stamps.pipeline_version,

@@ -23,6 +23,7 @@ from quarry.commands import (
     episodes,
     ingest,
     labels,
+    lerobot,
     sql,
     stack,
     tokens,
@@ -54,6 +55,7 @@ for _module in (
     train,
     demo,
     tokens,
+    lerobot,
 ):
     _module.register(cli)
 

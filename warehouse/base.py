@@ -26,6 +26,7 @@ CURATION_VIEWS: tuple[str, ...] = (
     "episode_quality_flags",
     "episode_labels",
     "episode_stats",
+    "episode_instructions",
     "robots",
     "tasks",
     "manifests",

@@ -175,6 +175,8 @@ def describe_episode(ep: dict[str, Any]) -> str:
         f"qc flags  {', '.join(ep['quality_flags']) or 'none'}",
         f"labels    {ep['labels']}  manifests {ep['manifests']}",
     ]
+    if ep.get("instruction"):
+        lines.insert(2, f"instruct  {ep['instruction']}")
     lines += [
         f"retracted {r['created_at']} by {r['author']}: {r['reason'] or '(no reason)'}"
         for r in ep["retractions"]

@@ -1,4 +1,5 @@
-"""``quarry ingest synth`` and ``quarry ingest mcap``: write containers, register episodes."""
+"""``quarry ingest synth``, ``ingest mcap`` and ``ingest lerobot``: write containers, register
+episodes."""
 
 from __future__ import annotations
 
@@ -145,6 +146,55 @@ def mcap(
     _report(results, errors, as_json)
 
 
+@ingest.command()
+@STATE_DIR
+@JSON
+@click.argument("dataset")
+@click.option("--robot", help="Robot id (default: the dataset's robot_type).")
+@click.option(
+    "--episodes",
+    "wanted",
+    help="Episode indices to ingest, e.g. 0,3-7 (default: every episode).",
+)
+@click.option(
+    "--repo-id",
+    help="The dataset's Hugging Face repo id, recorded in the source stamp "
+    "(default: the path or URL given).",
+)
+@click.option(
+    "--feature",
+    "features",
+    multiple=True,
+    metavar="KEY=ROLE",
+    help="Role of a numeric feature: joint_positions, joint_velocities, gripper, actions or "
+    "ignore (default: observation.state=joint_positions, action=actions). Repeatable.",
+)
+def lerobot(
+    state_dir: Path | None,
+    as_json: bool,
+    dataset: str,
+    robot: str | None,
+    wanted: str | None,
+    repo_id: str | None,
+    features: tuple[str, ...],
+) -> None:
+    """Ingest a LeRobot dataset (format v3.0) from a folder or an s3:// URL.
+
+    Each LeRobot episode becomes a Quarry episode: videos decoded and re-encoded, state and
+    action as vector topics, the task string as its instruction. Episodes already ingested
+    are skipped; a bad episode is reported by file, episode and feature (exit code 2) and
+    registers nothing.
+    """
+    from quarry.commands.lerobot import ingest_dataset  # it imports this module
+
+    paths_dir = build_settings(state_dir).paths
+    with _connect(EmbeddedPostgres(paths_dir).dsn(OPERATIONAL_DB)) as conn:
+        results, errors = ingest_dataset(
+            conn, paths_dir.objects, dataset, robot, wanted, repo_id, features
+        )
+    _report(results, errors, as_json)
+
+
 def _recordings(paths: tuple[Path, ...]) -> list[Path]:
     """The files named, with each folder replaced by the ``*.mcap`` files under it."""
     out: list[Path] = []
@@ -175,7 +225,7 @@ def _result_row(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def _error_row(path: Path, error: EpisodeError) -> dict[str, Any]:
+def _error_row(path: Path | str, error: EpisodeError) -> dict[str, Any]:
     return {
         "path": str(path),
         "error": type(error).__name__,

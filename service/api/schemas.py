@@ -283,6 +283,9 @@ class EpisodeDetail(EpisodeSummary):
     topics: list[dict[str, Any]]
     schema_version: int
     robot_sw_version: str
+    instruction: str | None = Field(
+        default=None, description="its language instruction (a LeRobot task string), if any"
+    )
     created_at: datetime
     updated_at: datetime
     quality_flags: list[str]

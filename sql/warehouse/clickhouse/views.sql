@@ -117,6 +117,12 @@ WHERE l.episode_id IN (
     WHERE status <> 'retracted'
 );
 
+-- See sql/warehouse/ducklake/views.sql for why the instruction has a view of its own.
+CREATE OR REPLACE VIEW ${views}.episode_instructions AS
+SELECT toString(e.id) AS episode_id, e.instruction AS instruction
+FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64}) AS e
+WHERE e.status <> 'retracted' AND e.instruction IS NOT NULL;
+
 CREATE OR REPLACE VIEW ${views}.episode_stats AS
 SELECT toString(s.episode_id) AS episode_id, s.field AS field, s.dim AS dim,
        s.count AS count, s.sum AS sum, s.sum_sq AS sum_sq, s.min AS min, s.max AS max

@@ -58,6 +58,14 @@ FROM mirror.episode_labels AS l
 WHERE NOT l._deleted
   AND l.episode_id IN (SELECT id FROM mirror.episodes WHERE NOT _deleted AND status <> 'retracted');
 
+-- An episode's language instruction (a LeRobot task string), one row per live episode that
+-- has one. Kept out of `episodes` so that `SELECT * FROM episodes` keeps its columns and every
+-- manifest built before the column existed rebuilds byte-identical; join on episode_id.
+CREATE OR REPLACE VIEW main.episode_instructions AS
+SELECT CAST(e.id AS VARCHAR) AS episode_id, e.instruction
+FROM mirror.episodes AS e
+WHERE NOT e._deleted AND e.status <> 'retracted' AND e.instruction IS NOT NULL;
+
 CREATE OR REPLACE VIEW main.episode_stats AS
 SELECT CAST(s.episode_id AS VARCHAR) AS episode_id, s.field, s.dim, s.count, s.sum, s.sum_sq,
        s.min, s.max
