@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -12,6 +12,23 @@ from curation.filters import CurationFilters
 MAX_SQL_CHARS = 64 * 1024
 MAX_LABELS = 1000
 NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
+ONE_LINE = r"^[^\x00-\x1f\x7f]*$"  # no control characters (a name is one line)
+MAX_TAGS = 32
+
+Tag = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/=+-]*$",
+        examples=["baseline"],
+        description="letters, digits and . _ : / = + -, starting with a letter or digit",
+    ),
+]
+ManifestName = Annotated[
+    str, Field(max_length=200, pattern=ONE_LINE, examples=["pick-cube successes, March"])
+]
+Description = Annotated[str, Field(max_length=10_000, pattern=NO_NUL)]
 
 
 class CurationCreate(BaseModel):
@@ -31,6 +48,13 @@ class CurationCreate(BaseModel):
         default=None, description="SampleSpec fields; omitted ones take their defaults"
     )
     mode: Literal["sync", "async"] = "sync"
+    name: ManifestName = Field(default="", description="the manifest's name, in the registry")
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    description: Description = ""
+    allow_empty: bool = Field(
+        default=False,
+        description="register a manifest without a sample instead of refusing (422)",
+    )
 
     @model_validator(mode="after")
     def _one_query(self) -> CurationCreate:
@@ -93,6 +117,9 @@ class CurationPublic(BaseModel):
     size_bytes: int
     snapshot_id: int
     reused: bool
+    name: str = Field(description="as the registry holds it (a reused manifest keeps its own)")
+    tags: list[str]
+    description: str
     manifest_url: str
     arrow_url: str
 
@@ -103,16 +130,69 @@ class ManifestPublic(BaseModel):
     samples: int
     size_bytes: int
     snapshot_id: int
-    cdc_position: str
+    cdc_position: dict[str, Any] | None = Field(
+        description="the CDC position the warehouse had reached (lsn, commit_lsn, slot, ...)"
+    )
     sql: str
     sample_spec: dict[str, Any]
     author: str
     created_at: datetime
+    name: str
+    tags: list[str]
+    description: str
+    retired_at: datetime | None = Field(description="when it was retired; null while in use")
+
+
+class PullSummary(BaseModel):
+    count: int = Field(description="downloads of the manifest file")
+    last_at: datetime | None
+    last_principal: str | None = Field(description="the token that pulled it last")
+    last_run: str | None = Field(description="the training run that pulled it last, if named")
 
 
 class ManifestDetail(ManifestPublic):
     norm_stats: dict[str, Any]
     format_version: int
+    pulls: PullSummary
+
+
+class ManifestUpdate(BaseModel):
+    """An edit of a manifest's registry entry (its file never changes); omitted fields stay
+    as they are."""
+
+    name: ManifestName | None = None
+    description: Description | None = None
+    add_tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    remove_tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    retired: bool | None = Field(
+        default=None,
+        description="true: retire (its file may be garbage-collected unless pulled or "
+        "tagged); false: bring back",
+    )
+
+
+class GcCreate(BaseModel):
+    dry_run: bool = Field(default=False, description="list what would be deleted; delete nothing")
+
+
+class GcFile(BaseModel):
+    manifest_id: str | None = Field(description="null for a partial write")
+    path: str
+    size_bytes: int
+    reason: Literal["unregistered", "retired", "partial"]
+
+
+class GcKept(BaseModel):
+    manifest_id: str
+    reason: Literal["pulled", "tagged"]
+    detail: str
+
+
+class GcPublic(BaseModel):
+    dry_run: bool
+    deleted: list[GcFile] = Field(description="deleted, or with dry_run what would be")
+    kept: list[GcKept] = Field(description="retired manifests kept, and why")
+    freed_bytes: int
 
 
 class ManifestPage(BaseModel):
@@ -204,3 +284,73 @@ class RetractionPublic(BaseModel):
     status: Literal["retracted"]
     already_retracted: bool
     manifests: list[ManifestRef] = Field(description="existing manifests that hold the episode")
+
+
+class CardGroup(BaseModel):
+    """The manifest's episodes of one robot, task or site."""
+
+    key: str
+    episodes: int
+    hours: float = Field(description="log time of their slices in the manifest, hours")
+    success_rate: float | None = Field(description="fraction of successful episodes")
+
+
+class CardFlag(BaseModel):
+    flag: str
+    episodes: int = Field(description="episodes raising this quality flag")
+    rate: float | None = Field(description="fraction of the manifest's episodes")
+
+
+class StampValue(BaseModel):
+    version: str
+    episodes: int
+
+
+class StampRange(BaseModel):
+    min: str | None = Field(description="lowest value (dotted versions compared as numbers)")
+    max: str | None
+    values: list[StampValue]
+
+
+class FieldNormalization(BaseModel):
+    """How the loader normalizes one field, per dimension (the file's statistics)."""
+
+    count: int = Field(description="steps the statistics count")
+    mean: list[float]
+    std: list[float] = Field(description="population standard deviation, floored at 1e-6")
+    min: list[float] | None
+    max: list[float] | None
+
+
+class ManifestCard(BaseModel):
+    """A manifest's dataset card: contents at its pinned snapshot, normalization, provenance."""
+
+    manifest_id: str
+    name: str
+    tags: list[str]
+    description: str
+    author: str
+    created_at: datetime
+    retired_at: datetime | None
+    format_version: int
+    slices: int
+    samples: int
+    size_bytes: int
+    episodes: int
+    episodes_described: int = Field(
+        description="episodes the warehouse holds at the snapshot (equals episodes)"
+    )
+    hours: float = Field(description="log time of the manifest's slices, hours")
+    success_rate: float | None
+    by_robot: list[CardGroup]
+    by_task: list[CardGroup]
+    by_site: list[CardGroup]
+    quality_flags: list[CardFlag]
+    stamps: dict[str, StampRange] = Field(
+        description="schema_version, pipeline_version and robot_sw_version"
+    )
+    normalization: dict[str, FieldNormalization] = Field(description="state and action")
+    sql: str
+    sample_spec: dict[str, Any]
+    snapshot_id: int
+    cdc_position: dict[str, Any] | None

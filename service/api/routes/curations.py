@@ -46,8 +46,18 @@ async def create(
     async_: Annotated[bool, Query(alias="async", description="queue as a job (202)")] = False,
 ) -> Any:
     """Build a curation's manifest (an existing one when the same curation already ran over
-    the same data). With ``?async=true`` or ``"mode": "async"``: 202 and a job to poll."""
-    curation = CurationRequest(_sql(body.sql, body.filters), body.sample_spec, principal.name)
+    the same data), registered with its name, tags and description. A curation that would
+    hold no sample is refused (422, naming the snapshot) unless ``allow_empty``. With
+    ``?async=true`` or ``"mode": "async"``: 202 and a job to poll."""
+    curation = CurationRequest(
+        _sql(body.sql, body.filters),
+        body.sample_spec,
+        principal.name,
+        name=body.name,
+        tags=tuple(body.tags),
+        description=body.description,
+        allow_empty=body.allow_empty,
+    )
     if async_ or body.mode == "async":
         await runtime.quick(check_request, curation)  # refuse bad SQL now, not in the job
         record = {**body.model_dump(mode="json", exclude={"mode"}), "compiled_sql": curation.sql}
