@@ -32,7 +32,16 @@ class CdcConfig(BaseModel):
         default=10.0,
         gt=0,
         description="when idle this long, record the WAL flush point and advance the slot so "
-        "a quiet slot does not hold WAL",
+        "a quiet slot does not hold WAL; a position that has not moved for 3 times this while "
+        "the source's WAL is past it reads as stalled",
+    )
+    report_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=60,
+        description="how often the follower reports its state and position to the source's "
+        "cdc_writers table; silent for 5 times this reads as stalled, or as down once its "
+        "replication connection is gone",
     )
     maintenance_interval_s: float = Field(
         default=300.0,

@@ -42,13 +42,15 @@ Columns = Mapping[str, Mapping[str, str]]  # table -> column -> DuckDB type
 
 @dataclass(frozen=True)
 class DebeziumResult:
-    """What one request did. ``snapshot_id`` is ``None`` when nothing was applied."""
+    """What one request did. ``snapshot_id`` is ``None`` when nothing was applied;
+    ``position`` is the warehouse's position after the request."""
 
     applied: int
     tombstones: int
     skipped: int
     snapshot_id: int | None
     position_lsn: str | None
+    position: Position | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,7 @@ def apply_debezium(warehouse: Warehouse, body: Any) -> DebeziumResult:
         parsed.skipped,
         snapshot_id,
         format_lsn(position.lsn),
+        position,
     )
 
 

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 
 import psycopg
@@ -21,6 +22,7 @@ from cdc.backfill import Backfiller
 from cdc.batch import PendingBatch
 from cdc.config import CdcConfig
 from cdc.errors import CdcError, PreflightError, SlotDroppedError
+from cdc.liveness import Report, Reporter
 from cdc.progress import BatchReport, Progress
 from cdc.slot import SlotState, slot_state
 from cdc.snapshot import take_snapshot
@@ -50,8 +52,9 @@ def follow(
 
     Takes the initial snapshot when the warehouse has no position (or ``config.resnapshot``),
     then streams. Retryable errors (source or warehouse unreachable) are retried with backoff
-    and reported in the status file; terminal ones (preflight, a dropped slot) are written to
-    the status file and raised.
+    and reported; terminal ones (preflight, a dropped slot) are reported and raised. Reports
+    go to the source's ``cdc_writers`` table (``cdc/liveness.py``) and, when given, the
+    ``status_path`` file.
     """
     Follower(source_dsn, warehouse, config, status_path, on_batch).run(stop)
 
@@ -85,43 +88,70 @@ class Follower:
         return self._progress.status
 
     def run(self, stop: threading.Event) -> None:
-        """Step until ``stop``. Known transient errors are retried with backoff; terminal
-        ones stop the follower. An error of a kind it does not know is retried the same way
-        (the warehouse's position makes a retry safe) up to ``config.unexpected_retries``
-        times in a row, with its traceback in the log, so that one odd failure does not end
-        the stream while a persistent one still stops it."""
+        """Step until ``stop``, reporting to the source's ``cdc_writers`` table all along
+        (:class:`cdc.liveness.Reporter`); the last report says how the follower ended."""
+        reporter = Reporter(self._dsn, self._report, self._config.report_interval_s)
+        try:
+            try:
+                self._loop(stop)
+            except BaseException as error:
+                self._fail(error)
+                raise
+            finally:
+                self._stream.close()
+            self._status.state = "stopped"
+            self._write_status(force=True)
+        finally:
+            reporter.close()
+
+    def _loop(self, stop: threading.Event) -> None:
+        """Known transient errors are retried with backoff; terminal ones stop the follower.
+        An error of a kind it does not know is retried the same way (the warehouse's position
+        makes a retry safe) up to ``config.unexpected_retries`` times in a row, with its
+        traceback in the log, so that one odd failure does not end the stream while a
+        persistent one still stops it."""
         backoff = self._config.retry_initial_s
         unexpected = 0
-        try:
-            while not stop.is_set():
-                try:
-                    if self._position is None:
-                        self._start()
-                    self._step()
-                    backoff, unexpected = self._config.retry_initial_s, 0
-                except Exception as error:
-                    if isinstance(error, (CdcError, WarehouseError, psycopg.OperationalError)):
-                        if not getattr(error, "retryable", True):
-                            raise
-                    else:
-                        unexpected += 1
-                        if unexpected > self._config.unexpected_retries:
-                            raise
-                        log.exception(
-                            "unexpected error in the CDC follower (%d of %d retries)",
-                            unexpected,
-                            self._config.unexpected_retries,
-                        )
-                    self._retry_after(error)
-                    stop.wait(backoff)
-                    backoff = min(backoff * 2, self._config.retry_max_s)
-        except BaseException as error:
-            self._fail(error)
-            raise
-        finally:
-            self._stream.close()
-        self._status.state = "stopped"
-        self._write_status(force=True)
+        while not stop.is_set():
+            try:
+                if self._position is None:
+                    self._start()
+                self._step()
+                backoff, unexpected = self._config.retry_initial_s, 0
+            except Exception as error:
+                if isinstance(error, (CdcError, WarehouseError, psycopg.OperationalError)):
+                    if not getattr(error, "retryable", True):
+                        raise
+                else:
+                    unexpected += 1
+                    if unexpected > self._config.unexpected_retries:
+                        raise
+                    log.exception(
+                        "unexpected error in the CDC follower (%d of %d retries)",
+                        unexpected,
+                        self._config.unexpected_retries,
+                    )
+                self._retry_after(error)
+                stop.wait(backoff)
+                backoff = min(backoff * 2, self._config.retry_max_s)
+
+    def _report(self) -> Report:
+        """What the reporter writes: the state, the warehouse's position and every figure
+        of the status document (called on the reporter's thread)."""
+        status = self._status
+        return Report(
+            slot=self._config.slot,
+            kind="follower",
+            state=status.state,
+            report_interval_s=self._config.report_interval_s,
+            advance_interval_s=self._config.heartbeat_interval_s,
+            position=self._position,
+            last_error=status.last_error,
+            last_error_at=status.last_error_at,
+            errors_total=status.errors_total,
+            started_at=status.started_at,
+            status=asdict(status),
+        )
 
     def _start(self) -> None:
         with connect(self._dsn) as conn:
@@ -236,9 +266,9 @@ class Follower:
 
     def _retry_after(self, error: BaseException) -> None:
         log.warning("CDC follower will retry after: %s", error)
+        self._status.state = "retrying"  # before the stream closes its slot connection
         self._stream.close()
         self._position = None  # re-read the warehouse's position: it is authoritative
-        self._status.state = "retrying"
         self._note_error(error)
 
     def _fail(self, error: BaseException) -> None:

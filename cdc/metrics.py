@@ -1,15 +1,19 @@
-"""Prometheus metrics of the follower, read from its status file.
+"""Prometheus metrics of the CDC writer: judged from Postgres, or read from a status file.
 
-The follower runs in a process of its own and rewrites its status file after every batch and
-at least once a second; the service exposes these figures on its ``/metrics`` by registering
-:class:`FollowerCollector` (read at every scrape) or by appending :func:`render`'s text. A
-stale file (``quarry_cdc_status_age_seconds`` growing, ``quarry_cdc_up`` 0) is how a stalled
-or dead follower shows.
+The service's ``/metrics`` registers :class:`LivenessCollector`: at every scrape it reads the
+writer's liveness from Postgres (``cdc/liveness.py``: its report in ``cdc_writers``, its
+slot's replication connection, the WAL position), so ``quarry_cdc_up`` and
+``quarry_cdc_state`` tell a dead or stalled follower, on this machine or another, or a
+stalled Debezium feed, within seconds; the follower's own figures (lag, throughput, slot lag,
+totals) come from the status document it reports there. :class:`FollowerCollector` and
+:func:`render` read a local status file instead (``python -m cdc follow --status F``), where
+a stale file (``quarry_cdc_status_age_seconds`` growing, ``quarry_cdc_up`` 0) is how a
+stalled or dead follower shows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cdc.liveness import STATES, Liveness
 from cdc.status import FollowerStatus, read_status
 
 #: A status older than this (seconds) means the follower is not running.
@@ -116,6 +121,12 @@ def status_metrics(
     )
     stale.add_metric(slot, age)
     yield stale
+    yield from _figures(status)
+
+
+def _figures(status: FollowerStatus) -> Iterator[Metric]:
+    """The follower's own gauges and counters (unknown figures left out)."""
+    slot = [status.slot]
     for name, attribute, text in _GAUGES:
         value = getattr(status, attribute)
         if value is not None:
@@ -134,3 +145,58 @@ def _age_s(stamp: str, now: datetime) -> float:
     except ValueError:
         return float("inf")
     return max(0.0, (now - written).total_seconds())
+
+
+# (name, Liveness field, help), judged from Postgres at each scrape.
+_LIVENESS_GAUGES = (
+    ("last_seen_seconds", "last_seen_s", "Seconds since the CDC writer last reported"),
+    ("last_advance_seconds", "last_advance_s", "Seconds since the warehouse position moved"),
+    (
+        "warehouse_lag_seconds",
+        "warehouse_lag_s",
+        "How far the warehouse's data is behind the source, at most",
+    ),
+    ("wal_behind_bytes", "wal_behind_bytes", "Source WAL written past the warehouse position"),
+)
+
+
+class LivenessCollector(Collector):
+    """Reads the CDC writer's liveness (``read()``, which never raises: an unreadable
+    source is a ``down`` judgement) at every scrape."""
+
+    def __init__(self, read: Callable[[], Liveness]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[Metric]:
+        yield from liveness_metrics(self._read())
+
+
+def liveness_metrics(liveness: Liveness) -> Iterator[Metric]:
+    """``quarry_cdc_up`` and ``quarry_cdc_state`` as judged, the ages, and the follower's
+    figures from the status document it reported (a Debezium feed: its error count)."""
+    slot = [liveness.slot]
+    up = GaugeMetricFamily(
+        "quarry_cdc_up", "1 while the CDC writer streams and advances", labels=["slot"]
+    )
+    up.add_metric(slot, 1 if liveness.healthy else 0)
+    yield up
+    state = GaugeMetricFamily(
+        "quarry_cdc_state", "CDC writer state, as judged", labels=["slot", "state"]
+    )
+    for name in STATES:
+        state.add_metric([liveness.slot, name], 1 if liveness.state == name else 0)
+    yield state
+    for name, attribute, text in _LIVENESS_GAUGES:
+        value = getattr(liveness, attribute)
+        if value is not None:
+            gauge = GaugeMetricFamily(f"quarry_cdc_{name}", text, labels=["slot"])
+            gauge.add_metric(slot, float(value))
+            yield gauge
+    if liveness.status is not None:
+        yield from _figures(FollowerStatus.from_dict(liveness.status))
+    elif liveness.kind is not None:
+        errors = CounterMetricFamily(
+            "quarry_cdc_errors", "Errors the CDC writer met", labels=["slot"]
+        )
+        errors.add_metric(slot, float(liveness.errors_total))
+        yield errors

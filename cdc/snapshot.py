@@ -54,9 +54,17 @@ def take_snapshot(dsn: str, warehouse: Warehouse, config: CdcConfig) -> Snapshot
     with connect(dsn) as conn:
         preflight(conn, config)
         drop_slot(conn, config.slot)
+        # Every transaction committed before now is in the snapshot: the warehouse's data
+        # is complete through this source time (what its lag is measured from).
+        row = conn.execute(
+            "SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+        ).fetchone()
     with exported_snapshot(dsn, config.slot) as exported:
         position = Position(
-            lsn=exported.consistent_lsn, snapshot_lsn=exported.consistent_lsn, slot=config.slot
+            lsn=exported.consistent_lsn,
+            snapshot_lsn=exported.consistent_lsn,
+            slot=config.slot,
+            commit_ts_ms=int(row[0]) if row else None,
         )
         return _load(dsn, warehouse, config, exported, position, None)
 

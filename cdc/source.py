@@ -88,6 +88,23 @@ def preflight(conn: Connection, config: CdcConfig) -> None:
             publication=config.publication,
             database=database,
         )
+    _check_reports(conn)
+
+
+def _check_reports(conn: Connection) -> None:
+    """The follower reports its liveness into ``cdc_writers`` (migration 0004)."""
+    if _one(conn, "SELECT to_regclass('cdc_writers') IS NULL"):
+        database = _one(conn, "SELECT current_database()")
+        raise PreflightError(
+            f"table cdc_writers does not exist in database {database!r}: apply Quarry's "
+            "migrations (sql/postgres/, `quarry up` does) to the source database",
+            database=database,
+        )
+    if not _one(conn, "SELECT has_table_privilege('cdc_writers', 'INSERT, UPDATE')"):
+        raise PreflightError(
+            "the CDC user may not write table cdc_writers, where the follower reports its "
+            "liveness: GRANT INSERT, UPDATE ON cdc_writers TO <user>"
+        )
 
 
 def _one(conn: Connection, query: str, params: tuple[Any, ...] = ()) -> Any:

@@ -1,5 +1,7 @@
-"""The follower's status file: a small JSON document replaced atomically after every batch
-(and at least once a second while idle), for ``quarry status`` and ``quarry cdc status``."""
+"""The follower's status document: replaced atomically in a local file after every batch
+(and at least once a second while idle) for ``python -m cdc follow --status``, and reported
+to the source's ``cdc_writers`` table with the follower's liveness (``cdc/liveness.py``),
+where ``quarry status``, ``quarry cdc status`` and the service's ``/metrics`` read it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 
 def utc_now() -> str:
@@ -63,7 +66,11 @@ class FollowerStatus:
 
     @classmethod
     def from_json(cls, text: str) -> FollowerStatus:
-        doc = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> FollowerStatus:
+        """The status of a document (fields it does not know are ignored)."""
         known = {name for name in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in doc.items() if k in known})
 

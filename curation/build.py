@@ -7,7 +7,7 @@ import hashlib
 import json
 import tempfile
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,6 +26,7 @@ from curation.compose import (
     stats_query,
 )
 from curation.errors import EmptyCurationError
+from curation.freshness import LagBound, check_lag, warehouse_lag_s
 from curation.guard import CheckedQuery, CurationRefusedError, check_curation
 from curation.norm import norm_stats
 from curation.registration import (
@@ -84,6 +85,7 @@ class CurationSource(Protocol):
 class CurationLimits:
     timeout_s: float = 30.0
     max_rows: int = 50_000_000
+    lag: LagBound = field(default_factory=LagBound)
 
 
 @dataclass(frozen=True)
@@ -147,17 +149,21 @@ def run_curation(
     scope: CancelScope | None = None,
 ) -> CurationResult:
     """Build (or reuse) the manifest of ``request`` and register it in Postgres. A cancelled
-    ``scope`` stops the build at its next query (or interrupts the running one).
+    ``scope`` stops the build at its next query (or interrupts the running one). The pinned
+    snapshot's warehouse lag is measured first and held to ``limits.lag``: past a refusing
+    bound nothing is built (:class:`~curation.errors.WarehouseLagError`).
 
     :raises EmptyCurationError: the manifest would hold no sample and the request does not
         say ``allow_empty``.
     """
     checked, spec = check_request(request)
     snapshot, version = pin(checked, source)
+    lag = warehouse_lag_s(source.position(at=snapshot), conn)
+    warning = check_lag(lag, limits.lag, snapshot)
     key = reuse_key(checked, spec, version)
     existing = reuse_manifest(conn, key, request.annotation, snapshot, request.allow_empty)
     if existing is not None:
-        return existing
+        return replace(existing, warehouse_lag_s=lag, lag_warning=warning)
     info, meta, episode_ids = build_at(
         checked,
         spec,
@@ -176,6 +182,8 @@ def run_curation(
         snapshot,
         False,
         info.path,
+        warehouse_lag_s=lag,
+        lag_warning=warning,
     )
     if scope is not None:
         scope.check()

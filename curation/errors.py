@@ -74,3 +74,11 @@ class AmbiguousManifestError(BadRequestError):
     """A manifest ID prefix that more than one registered manifest starts with."""
 
     title = "Ambiguous manifest ID"
+
+
+class WarehouseLagError(CurationError):
+    """The warehouse's data is further behind the source than the curation bound allows."""
+
+    title = "Warehouse too far behind"
+    status = 409
+    retryable = True

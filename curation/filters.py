@@ -22,7 +22,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    model_validator,
+)
 from sqlglot import exp
 
 EPISODE = "e"
@@ -52,14 +61,17 @@ EpisodeColumn = Literal[
 
 
 class _Strict(BaseModel):
+    """No unknown fields, and no coercion of booleans and numbers (``"yes"`` is not true,
+    ``"3"`` not 3): a filter means exactly what it says or is refused with a 422."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class IntRange(_Strict):
     """An inclusive range of an integer stamp; either end may be open."""
 
-    min: int | None = Field(default=None, ge=0)
-    max: int | None = Field(default=None, ge=0)
+    min: StrictInt | None = Field(default=None, ge=0)
+    max: StrictInt | None = Field(default=None, ge=0)
 
 
 class VersionRange(_Strict):
@@ -87,7 +99,7 @@ class Split(_Strict):
     """One part of a deterministic train/validation split by episode hash."""
 
     part: Literal["train", "validation"]
-    validation_fraction: float = Field(default=0.1, gt=0, lt=1)
+    validation_fraction: StrictFloat = Field(default=0.1, gt=0, lt=1)
     seed: Name = "quarry"
 
 
@@ -99,7 +111,7 @@ class CurationFilters(_Strict):
     tasks: Names | None = None
     sites: Names | None = None
     operators: Names | None = None
-    success: bool | None = None
+    success: StrictBool | None = None
     exclude_flags: Names | None = None
     schema_version: IntRange | None = None
     pipeline_version: IntRange | None = None
@@ -109,7 +121,7 @@ class CurationFilters(_Strict):
     labels: Annotated[list[LabelMatch], Field(min_length=1, max_length=32)] | None = None
     segments: LabelMatch | None = None
     split: Split | None = None
-    per_task_cap: int | None = Field(default=None, ge=1)
+    per_task_cap: StrictInt | None = Field(default=None, ge=1)
     cap_seed: Name = "quarry"
     columns: Annotated[list[EpisodeColumn], Field(max_length=16)] = ["robot_id", "task_id"]
 

@@ -8,11 +8,13 @@ parser ignored (comments, a second statement) cannot reach the engine.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import TokenType, exp
 from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.tokens import Tokenizer
 
 from curation.allowlist import ALLOWED_FUNCTIONS, ALLOWED_NODES, REFUSED_WHY
 from curation.errors import BadRequestError
@@ -20,6 +22,9 @@ from curation.errors import BadRequestError
 MAX_SQL_BYTES = 64 * 1024
 MAX_NODES = 5_000
 MAX_DEPTH = 64
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Comments are not tokens; a leading parenthesis starts a parenthesized query.
+_SKIPPED_TOKENS = frozenset({TokenType.L_PAREN})
 
 
 class CurationRefusedError(BadRequestError):
@@ -61,14 +66,32 @@ def check_curation(sql: str, relations: frozenset[str]) -> CheckedQuery:
         raise _refuse("the query selects nothing", "syntax")
     if not isinstance(tree, exp.Query):
         raise _refuse(f"only SELECT queries are curations, not {_name(tree)}", "statement")
-    _walk(tree, relations | _cte_names(tree))
+    _walk(tree, relations | _cte_names(tree), sql)
     return CheckedQuery(tree.copy())
+
+
+def _check_start(sql: str) -> None:
+    """A query that does not parse and does not start with a statement keyword (a typo such
+    as ``SELEC``) is refused as such, not with whatever the parser made of the word."""
+    try:
+        tokens = Tokenizer(dialect="duckdb").tokenize(sql)
+    except SqlglotError:
+        return
+    first = next((t for t in tokens if t.token_type not in _SKIPPED_TOKENS), None)
+    if first is not None and first.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+        raise _refuse(
+            f"the query does not parse: {first.text!r} at line {first.line}, col "
+            f"{first.col - len(first.text) + 1} is not a statement keyword; a curation "
+            "starts with SELECT or WITH",
+            "syntax",
+        )
 
 
 def _parse_one(sql: str) -> exp.Expr:
     try:
         statements = [s for s in sqlglot.parse(sql, read="duckdb") if s is not None]
     except ParseError as error:
+        _check_start(sql)
         raise _refuse(f"the query does not parse: {_first_error(error)}", "syntax") from None
     except SqlglotError as error:  # the tokenizer's: unterminated quotes and strings
         raise _refuse(f"the query does not parse: {error}", "syntax") from None
@@ -77,34 +100,34 @@ def _parse_one(sql: str) -> exp.Expr:
     return statements[0]
 
 
-def _walk(tree: exp.Expr, relations: frozenset[str]) -> None:
+def _walk(tree: exp.Expr, relations: frozenset[str], sql: str) -> None:
     for count, node in enumerate(tree.walk()):
         if count > MAX_NODES:
             raise _refuse(f"the query has more than {MAX_NODES} syntax nodes", "size")
         if node.depth > MAX_DEPTH:
             raise _refuse(f"the query nests deeper than {MAX_DEPTH}", "size")
-        _check_node(node, relations)
+        _check_node(node, relations, sql)
 
 
-def _check_node(node: exp.Expr, relations: frozenset[str]) -> None:
+def _check_node(node: exp.Expr, relations: frozenset[str], sql: str) -> None:
     kind = type(node)
     if kind in REFUSED_WHY:
         reason, why = REFUSED_WHY[kind]
-        raise _refuse(f"{_describe(node)} is not allowed: {why}", reason, node)
+        raise _refuse(f"{_describe(node, sql)} is not allowed: {why}", reason, node)
     if kind in ALLOWED_NODES:
-        _check_allowed_node(node, relations)
+        _check_allowed_node(node, relations, sql)
         return
     if kind in ALLOWED_FUNCTIONS:
         return
     if isinstance(node, exp.Func):
-        raise _refuse(f"{_describe(node)} is not allowed", "function", node)
-    raise _refuse(f"{_describe(node)} is not allowed in a curation", "node", node)
+        raise _refuse(f"{_describe(node, sql)} is not allowed", "function", node)
+    raise _refuse(f"{_describe(node, sql)} is not allowed in a curation", "node", node)
 
 
-def _check_allowed_node(node: exp.Expr, relations: frozenset[str]) -> None:
+def _check_allowed_node(node: exp.Expr, relations: frozenset[str], sql: str) -> None:
     """The forms of allowed node types that are still refused."""
     if isinstance(node, exp.Table):
-        _check_table(node, relations)
+        _check_table(node, relations, sql)
     elif isinstance(node, exp.Column) and (node.args.get("db") or node.args.get("catalog")):
         raise _refuse(f"qualified column {node.sql()!r} is not allowed", "qualified_name", node)
     elif isinstance(node, exp.With) and node.args.get("recursive"):
@@ -123,11 +146,10 @@ def _check_allowed_node(node: exp.Expr, relations: frozenset[str]) -> None:
         )
 
 
-def _check_table(table: exp.Table, relations: frozenset[str]) -> None:
+def _check_table(table: exp.Table, relations: frozenset[str], sql: str) -> None:
     if not isinstance(table.this, exp.Identifier):
-        raise _refuse(
-            f"table function {table.this.sql()!r} is not allowed", "table_function", table
-        )
+        name = _spelled(table.this, sql) or table.this.sql()
+        raise _refuse(f"table function {name!r} is not allowed", "table_function", table)
     if table.args.get("db") or table.args.get("catalog"):
         raise _refuse(
             f"qualified name {table.sql()!r} is not allowed; use the bare view name",
@@ -156,12 +178,26 @@ def _name(node: exp.Expr) -> str:
     return node.key.upper()
 
 
-def _describe(node: exp.Expr) -> str:
+def _describe(node: exp.Expr, sql: str) -> str:
+    if isinstance(node, exp.Func):
+        spelled = _spelled(node, sql)
+        if spelled:
+            return f"function {spelled.lower()}"
     if isinstance(node, exp.Anonymous):
         return f"function {str(node.name).lower()}"
     if isinstance(node, exp.Func):
         return f"function {node.sql_name().lower()}"
     return _name(node)
+
+
+def _spelled(node: exp.Expr, sql: str) -> str | None:
+    """The name of a function as the user wrote it (sqlglot maps ``unnest`` to EXPLODE and
+    ``range`` to GENERATE_SERIES), from the source position the parser recorded."""
+    start, end = node.meta.get("start"), node.meta.get("end")
+    if not isinstance(start, int) or not isinstance(end, int):
+        return None
+    text = sql[start : end + 1]
+    return text if _WORD.fullmatch(text) else None
 
 
 def _first_error(error: ParseError) -> str:

@@ -6,11 +6,13 @@ structured curations can slice by. Both reach the warehouse's curation views by 
 
 A retraction sets the episode's status to ``retracted``: the ``episodes`` view (and the views
 built on it) leave it out, so it leaves every new curation; manifests already built keep it,
-and the retraction lists them.
+and the retraction lists them. A restore sets it back to ``active``; the retraction log
+(``episode_retractions``) keeps its rows, and the service's log says who restored it.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +20,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from curation.errors import BadRequestError
+from curation.errors import BadRequestError, NotFoundError
 from curation.registry import manifests_containing, require_episode
 
+log = logging.getLogger(__name__)
 _LABEL_COLUMNS = "id, episode_id, key, value, start_ns, end_ns, author, created_at"
 
 
@@ -97,6 +100,48 @@ def retract_episode(
         "already_retracted": already,
         "manifests": manifests_containing(conn, episode_id),
     }
+
+
+def restore_episode(
+    conn: psycopg.Connection[Any], episode_id: uuid.UUID, author: str
+) -> dict[str, Any]:
+    """Undo a retraction (idempotent): the episode is active again and, once CDC carries the
+    change, back in new curations."""
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT status FROM episodes WHERE id = %s FOR UPDATE", (episode_id,)
+        ).fetchone()
+        if row is None:
+            require_episode(conn, episode_id)  # raises the 404
+        already = row is not None and row[0] == "active"
+        if not already:
+            conn.execute(
+                "UPDATE episodes SET status = 'active', updated_at = now() WHERE id = %s",
+                (episode_id,),
+            )
+            log.info("episode %s restored by %s", episode_id, author)
+    return {"episode_id": str(episode_id), "status": "active", "already_active": already}
+
+
+def remove_label(
+    conn: psycopg.Connection[Any], episode_id: uuid.UUID, label_id: int
+) -> dict[str, Any]:
+    """Delete label ``label_id`` of the episode and return the row it was; curations stop
+    seeing it once CDC carries the delete."""
+    require_episode(conn, episode_id)
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(
+            f"DELETE FROM episode_labels WHERE id = %s AND episode_id = %s "
+            f"RETURNING {_LABEL_COLUMNS}",
+            (label_id, episode_id),
+        ).fetchone()
+    if row is None:
+        raise NotFoundError(
+            f"episode {episode_id} has no label {label_id}",
+            episode_id=str(episode_id),
+            label_id=label_id,
+        )
+    return _public(row)
 
 
 def _check_segment(label: Label, episode: dict[str, Any]) -> None:

@@ -31,7 +31,10 @@ class ManifestAnnotation:
 @dataclass(frozen=True)
 class CurationResult:
     """A built or reused manifest, with the name, tags and description the registry holds
-    for it (a reused manifest keeps its own name and description, and gains the tags)."""
+    for it (a reused manifest keeps its own name and description, and gains the tags).
+    ``warehouse_lag_s``: seconds the warehouse's data was behind the source when this
+    curation pinned its snapshot (``None``: unknown; see :mod:`curation.freshness`);
+    ``lag_warning``: why that is past the bound, when the bound warns instead of refusing."""
 
     manifest_id: str
     rows: int
@@ -43,6 +46,8 @@ class CurationResult:
     name: str = ""
     tags: tuple[str, ...] = ()
     description: str = ""
+    warehouse_lag_s: float | None = None
+    lag_warning: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +60,8 @@ class CurationResult:
             "name": self.name,
             "tags": list(self.tags),
             "description": self.description,
+            "warehouse_lag_s": self.warehouse_lag_s,
+            "lag_warning": self.lag_warning,
         }
 
 

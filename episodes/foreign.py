@@ -31,13 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from tqdm import tqdm
 
 from ._plan import Planned, plan_topics
 from ._scan import scan_file
@@ -88,19 +87,22 @@ def ingest_mcap(
     robot: str | None = None,
     task: str | None = None,
     mapping: Mapping | None = None,
-    progress: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ) -> list[IngestResult]:
     """Ingest foreign MCAP recordings (module docstring); one result per path, in order.
 
     ``robot`` and ``task`` override the mapping's. The first bad file raises its
     :class:`~episodes.errors.EpisodeError`; files before it stay registered (one transaction
-    per episode), so a re-run after fixing it skips them.
+    per episode), so a re-run after fixing it skips them. ``progress(done, total)`` counts
+    files.
     """
     base = (mapping or Mapping()).with_overrides(robot=robot, task=task)
-    return [
-        ingest_recording(conn, objects_root, Path(path), base)
-        for path in tqdm(paths, disable=not progress, unit="file")
-    ]
+    results = []
+    for path in paths:
+        results.append(ingest_recording(conn, objects_root, Path(path), base))
+        if progress is not None:
+            progress(len(results), len(paths))
+    return results
 
 
 def ingest_recording(

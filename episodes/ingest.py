@@ -10,7 +10,7 @@ import hashlib
 import io
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from tqdm import tqdm
 
 from .episode import EpisodeData
 from .quality import QualityReport, check_episode
@@ -122,7 +121,7 @@ def ingest_synth(
     objects_root: Path,
     episodes: int,
     seed: int,
-    progress: bool = True,
+    progress: Callable[[int, int], None] | None = None,
     *,
     config: FleetConfig | None = None,
     workers: int | None = None,
@@ -132,16 +131,16 @@ def ingest_synth(
     Episodes already registered are skipped (reported with ``created=False`` and no flags).
     ``workers`` processes generate and encode in parallel (default: CPU count, at most 4);
     registration happens here, one transaction per episode. Results follow index order.
+    ``progress(done, total)`` is called with episodes done (skipped ones included).
     """
     ids = [episode_id(seed, i) for i in range(episodes)]
     done = registered_ids(conn, ids)
     todo = [i for i, eid in enumerate(ids) if eid not in done]
     results: dict[int, IngestResult] = {}
-    bar = tqdm(total=episodes, initial=episodes - len(todo), disable=not progress, unit="ep")
-    with bar:
-        for index, prepared in _prepare_all(seed, todo, objects_root, config, workers):
-            results[index] = register(conn, prepared)
-            bar.update(1)
+    for index, prepared in _prepare_all(seed, todo, objects_root, config, workers):
+        results[index] = register(conn, prepared)
+        if progress is not None:
+            progress(episodes - len(todo) + len(results), episodes)
     for index in set(range(episodes)) - set(results):
         results[index] = existing_result(conn, ids[index])
     return [results[i] for i in range(episodes)]

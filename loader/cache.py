@@ -355,6 +355,7 @@ class NodeCache:
             )
             (pinned,) = conn.execute("SELECT COUNT(DISTINCT key) FROM pins").fetchone()
             counters = dict(conn.execute("SELECT name, value FROM counters").fetchall())
+        free = shutil.disk_usage(self.root).free
         return CacheStatus(
             root=str(self.root),
             capacity_bytes=self.config.capacity_bytes,
@@ -362,9 +363,16 @@ class NodeCache:
             objects=states.get(EntryState.LOCAL.value, 0),
             preparing=states.get(EntryState.PREPARING.value, 0),
             pinned=pinned,
-            free_disk_bytes=shutil.disk_usage(self.root).free,
+            free_disk_bytes=free,
+            effective_capacity_bytes=self._effective_capacity(used, free),
             metrics=CacheMetrics.from_counters(counters),
         )
+
+    def _effective_capacity(self, used: int, free: int) -> int:
+        """The configured capacity, capped by what the disk holds: the cache's own bytes plus
+        the free space it may still take (``_make_room`` evicts to the same bound)."""
+        room = used + max(free - self.config.min_free_bytes, 0)
+        return min(self.config.capacity_bytes, room)
 
     def close(self) -> None:
         """Close this process's index connection."""

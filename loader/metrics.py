@@ -65,6 +65,8 @@ class CacheStatus:
     :param preparing: fills in progress (or orphaned by a dead process).
     :param pinned: objects pinned by at least one holder.
     :param free_disk_bytes: free space on the cache's filesystem, bytes.
+    :param effective_capacity_bytes: what the cache can really hold, bytes: the configured
+        capacity, or less when the disk cannot hold that much (used + free - min_free).
     :param metrics: node-wide counters since the cache was created.
     """
 
@@ -75,10 +77,22 @@ class CacheStatus:
     preparing: int
     pinned: int
     free_disk_bytes: int
+    effective_capacity_bytes: int
     metrics: CacheMetrics = field(default_factory=CacheMetrics)
+
+    @property
+    def capacity_warning(self) -> str | None:
+        """A line for the user when the disk cannot hold the configured capacity."""
+        if self.effective_capacity_bytes >= self.capacity_bytes:
+            return None
+        return (
+            f"the cache's capacity ({self.capacity_bytes} bytes) is more than its disk can hold; "
+            f"the effective cap is {self.effective_capacity_bytes} bytes (used + free disk)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         data = asdict(self)
         data["metrics"] = self.metrics.to_dict()
+        data["capacity_warning"] = self.capacity_warning
         return data

@@ -1,4 +1,4 @@
-"""Warm the node-local cache from a manifest: parallel, with a progress bar, resumable.
+"""Warm the node-local cache from a manifest: parallel, reporting progress, resumable.
 
 Objects already local are hits and cost one index transaction, so a warm-up that was killed
 resumes where it stopped when run again; a fill the killed process left half-written is
@@ -8,13 +8,12 @@ adopted and continued from its last byte.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
-from tqdm import tqdm
 
 from manifests import Manifest
 
@@ -67,25 +66,28 @@ def warm_cache(
     refs: Sequence[ObjectRef],
     *,
     threads: int | None = None,
-    progress: bool = True,
+    progress: Callable[[int, int], None] | None = None,
 ) -> WarmReport:
     """Make ``refs`` local, ``threads`` downloads at a time (default ``warm_threads``).
 
     Objects warmed stay pinned until the warm-up ends, so a later object of the same warm-up
     never evicts an earlier one: once the cache is full of them, the rest are reported as
     ``streamed``. Per-object failures are collected in the report, not raised.
+    ``progress(done, total)`` counts bytes of the objects done.
     """
     started = time.monotonic()
     report = WarmReport(objects=len(refs))
     leases: list[Lease] = []
-    bar = tqdm(total=sum(r.size for r in refs), unit="B", unit_scale=True, disable=not progress)
+    total, done = sum(r.size for r in refs), 0
     workers = threads or cache.config.warm_threads
     try:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quarry-warm") as pool:
             futures = {pool.submit(cache.acquire, ref): ref for ref in refs}
             for future in as_completed(futures):
                 ref = futures[future]
-                bar.update(ref.size)
+                done += ref.size
+                if progress is not None:
+                    progress(done, total)
                 try:
                     lease = future.result()
                 except LoaderError as exc:
@@ -96,7 +98,6 @@ def warm_cache(
     finally:
         for lease in leases:
             lease.release()
-        bar.close()
     report.seconds = time.monotonic() - started
     return report
 

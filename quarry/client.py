@@ -33,7 +33,12 @@ _BY_STATUS: dict[int, type[QuarryError]] = {
     401: AuthError,
     403: AuthError,
     404: NotFoundError,
+    408: BadInputError,
+    413: BadInputError,
+    422: BadInputError,
+    503: StackError,
 }
+_UP_HINT = "is the stack up? `quarry status` shows each part, `quarry up` starts it"
 
 
 class ServiceClient:
@@ -62,6 +67,13 @@ class ServiceClient:
 
     def patch_json(self, path: str, body: dict[str, Any]) -> Any:
         return _checked(self._http.patch(path, json=body)).json()
+
+    def delete_json(self, path: str) -> Any:
+        return _checked(self._http.delete(path)).json()
+
+    def post(self, path: str, body: dict[str, Any], accept: str) -> httpx.Response:
+        """POST ``body`` as JSON asking for ``accept``; the checked response (bytes read)."""
+        return _checked(self._http.post(path, json=body, headers={"Accept": accept}))
 
 
 def manifest_key(text: str) -> str:
@@ -133,6 +145,8 @@ def _delivery_error(exc: ManifestDeliveryError, source: ManifestConfig) -> Quarr
         return _BY_STATUS.get(exc.status, QuarryError)(str(exc), status=exc.status)
     if source.service_url is None and is_manifest_id(exc.key or ""):
         return StackError(f"{exc.message}; is the stack up? run `quarry up`")
+    if exc.retryable:  # the service did not answer
+        return StackError(f"{exc}; {_UP_HINT}")
     return QuarryError(str(exc))
 
 

@@ -16,6 +16,7 @@ from cdc.status import read_status
 from episodes.ingest import IngestResult, ingest_synth
 from quarry.client import ServiceClient
 from quarry.errors import StackError
+from quarry.progress import Progress
 from quarry.settings import Settings
 from quarry.stack.lifecycle import Stack
 from trainer.launch import LaunchResult
@@ -63,8 +64,11 @@ def ingest(
     settings: Settings, count: int, seed: int, progress: bool, report: DemoReport
 ) -> list[IngestResult]:
     """Generate and register the synthetic fleet; fill the ingest figures of ``report``."""
-    with psycopg.connect(settings.operational_dsn(), autocommit=True) as conn:
-        results = ingest_synth(conn, settings.paths.objects, count, seed, progress=progress)
+    with (
+        psycopg.connect(settings.operational_dsn(), autocommit=True) as conn,
+        Progress("ingest", "episodes", enabled=progress) as hook,
+    ):
+        results = ingest_synth(conn, settings.paths.objects, count, seed, progress=hook)
         ids = [r.episode_id for r in results]
         row = conn.execute(
             "SELECT coalesce(sum(end_ns - start_ns), 0) FROM episodes WHERE id = ANY(%s::uuid[])",

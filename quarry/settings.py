@@ -79,5 +79,5 @@ class Settings(FollowerSettings):
             operational_dsn=SecretStr(self.operational_dsn()),
             manifest_dir=paths.manifests,
             url_file=paths.service_url,
-            cdc_status=paths.cdc_status,
+            port_file=paths.service_port,
         )

@@ -27,6 +27,7 @@ from service.api.routes import (
     cdc,
     corpus,
     curations,
+    docs,
     episodes,
     health,
     manifests,
@@ -71,11 +72,13 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         version="0.1.0",
         description="Curation and manifest service for robot-learning data.",
         lifespan=_lifespan,
+        docs_url=None,  # served by routes/docs.py from local assets
+        redoc_url=None,
     )
     context = ServiceContext(settings)
     app.state.context = context
     app.state.tokens = TokenCache(context.connect, settings.service.token_cache_s)
-    app.state.metrics = ServiceMetrics(settings.cdc_status)
+    app.state.metrics = ServiceMetrics(context.cdc_liveness)
     app.state.health_threads = anyio.CapacityLimiter(4)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.service.max_body_bytes, limits=_BODY_LIMITS
@@ -90,8 +93,10 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         corpus.router,
         episodes.router,
         cdc.router,
+        docs.router,
     ):
         app.include_router(router)
+    docs.mount_assets(app)
     document_problems(app)
     for domain in (ServiceError, CurationError):
         app.add_exception_handler(domain, _service_problem)  # type: ignore[arg-type]

@@ -7,13 +7,19 @@ until first use.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 
 import psycopg
 
+from cdc.liveness import Liveness, read_liveness, unreadable
 from service.settings import ServiceSettings
 from warehouse.backends import open_warehouse
 from warehouse.base import Warehouse
+from warehouse.errors import WarehouseError
+
+#: Seconds the slot of the warehouse's CDC writer is remembered (read from its position).
+SLOT_CACHE_S = 60.0
 
 
 @dataclass
@@ -21,6 +27,7 @@ class ServiceContext:
     settings: ServiceSettings
     _warehouse: Warehouse | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _slot: tuple[str, float] | None = field(default=None, init=False)  # (slot, monotonic s)
 
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
         """A new connection to the operational database; the caller closes it."""
@@ -33,6 +40,35 @@ class ServiceContext:
             if self._warehouse is None:
                 self._warehouse = open_warehouse(self.settings.warehouse)
             return self._warehouse
+
+    def cdc_liveness(self, conn: psycopg.Connection[tuple[object, ...]] | None = None) -> Liveness:
+        """The judgement on the CDC writer that feeds the warehouse (``cdc/liveness.py``),
+        read from Postgres on ``conn`` or a connection of its own; ``down`` with why when it
+        cannot be read or nothing has fed the warehouse yet."""
+        slot = self._cdc_slot()
+        if slot is None:
+            return Liveness("", "down", "the warehouse has no CDC position: nothing has fed it")
+        try:
+            if conn is not None:
+                return read_liveness(conn, slot)
+            with self.connect() as own:
+                return read_liveness(own, slot)
+        except psycopg.Error as error:
+            return unreadable(slot, error)
+
+    def _cdc_slot(self) -> str | None:
+        """The slot of the warehouse's position, remembered for ``SLOT_CACHE_S``."""
+        known = self._slot
+        if known is not None and time.monotonic() - known[1] < SLOT_CACHE_S:
+            return known[0]
+        try:
+            position = self.warehouse().position()
+        except WarehouseError:
+            return known[0] if known is not None else None
+        if position is None:
+            return None
+        self._slot = (position.slot, time.monotonic())
+        return position.slot
 
     def close(self) -> None:
         with self._lock:

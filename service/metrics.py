@@ -1,15 +1,15 @@
 """Prometheus metrics of one service process, served on ``GET /metrics``.
 
 Each app has its own registry (tests build several apps in one process): request latency per
-route template, requests in flight, outcomes of curations and SQL queries, the CDC follower's
-figures (read from its status file at every scrape, see ``cdc/metrics.py``) and the process's
-own CPU and memory.
+route template, requests in flight, outcomes of curations and SQL queries, the CDC writer's
+liveness and figures (judged from Postgres at every scrape, see ``cdc/metrics.py``) and the
+process's own CPU and memory.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -21,7 +21,8 @@ from prometheus_client import (
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cdc.metrics import FollowerCollector
+from cdc.liveness import Liveness
+from cdc.metrics import LivenessCollector
 
 # Seconds; curations may legitimately run up to their timeout (30 s by default).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -29,13 +30,14 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 UNMATCHED = "<unmatched>"
 # (method, route template) -> the kind counted in quarry_queries_total.
 _QUERY_ROUTES = {("POST", "/v1/curations"): "curation", ("POST", "/v1/sql"): "sql"}
-_OUTCOMES = {400: "refused", 408: "timeout", 413: "too_large", 422: "rejected"}
+_OUTCOMES = {400: "refused", 408: "timeout", 409: "stale", 413: "too_large", 422: "rejected"}
 
 
 class ServiceMetrics:
-    """The metrics of one app; :meth:`render` is the ``/metrics`` body."""
+    """The metrics of one app; :meth:`render` is the ``/metrics`` body. ``cdc_liveness``
+    judges the CDC writer at each scrape (it never raises)."""
 
-    def __init__(self, cdc_status: Path) -> None:
+    def __init__(self, cdc_liveness: Callable[[], Liveness]) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "quarry_http_request_duration_seconds",
@@ -51,11 +53,12 @@ class ServiceMetrics:
         )
         self.queries = Counter(
             "quarry_queries",
-            "Curations and SQL queries by outcome (ok, refused, timeout, rejected, error)",
+            "Curations and SQL queries by outcome (ok, refused, timeout, stale, too_large, "
+            "rejected, error)",
             ["kind", "outcome"],
             registry=self.registry,
         )
-        self.registry.register(FollowerCollector(cdc_status))
+        self.registry.register(LivenessCollector(cdc_liveness))
         ProcessCollector(registry=self.registry)
 
     def render(self) -> bytes:

@@ -24,6 +24,7 @@ from curation.build import (
     run_curation,
 )
 from curation.cancel import CancelScope
+from curation.freshness import LagBound
 from curation.jobs import Connect, JobRunner
 from curation.preview import Preview, preview_curation
 from curation.registration import CurationResult
@@ -45,7 +46,11 @@ class CurationRuntime:
 
     def __init__(self, settings: ServiceSettings, warehouse: Warehouse, connect: Connect) -> None:
         section = settings.curation
-        self.limits = CurationLimits(timeout_s=section.timeout_s, max_rows=section.max_rows)
+        self.limits = CurationLimits(
+            timeout_s=section.timeout_s,
+            max_rows=section.max_rows,
+            lag=LagBound(section.max_lag_s, section.on_lag),
+        )
         self.manifest_dir: Path = settings.manifest_dir
         self.source = warehouse
         self.connect = connect

@@ -26,6 +26,15 @@ class ServiceConfig(BaseModel):
     sql_max_rows: int = Field(
         default=1_000_000, gt=0, description="rows POST /v1/sql may return at most"
     )
+    debezium_interval_s: float = Field(
+        default=60.0,
+        gt=0,
+        description="longest expected gap between Debezium's requests to POST "
+        "/v1/cdc/debezium; a Debezium-fed warehouse that hears nothing for 5 times this, or "
+        "whose position stays put for 3 times this while the source's WAL is past it, reads "
+        "as stalled (Debezium posts only when the source changes: on a source quiet for "
+        "longer, quiet and stopped look the same)",
+    )
 
 
 class ServiceSettings(BaseModel):
@@ -34,7 +43,8 @@ class ServiceSettings(BaseModel):
     :param operational_dsn: libpq connection string of the operational database.
     :param manifest_dir: folder of the manifest files the service builds and serves.
     :param url_file: where the service publishes the URL it bound.
-    :param cdc_status: the CDC follower's status file (read for ``/metrics``).
+    :param port_file: where the service remembers the port it bound, to take it again at the
+        next start when ``service.port`` is 0 (none: any free port each time).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -45,4 +55,4 @@ class ServiceSettings(BaseModel):
     operational_dsn: SecretStr
     manifest_dir: Path
     url_file: Path
-    cdc_status: Path
+    port_file: Path | None = None

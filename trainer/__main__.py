@@ -102,15 +102,22 @@ def as_trainer_error(exc: Exception, world: World) -> TrainerError:
         return ManifestFetchError(str(exc), rank=world.rank, retryable=exc.retryable)
     if isinstance(exc, LoaderError | EpisodeError):
         return DataError(str(exc), rank=world.rank, retryable=exc.retryable)
-    return TrainerError(f"{type(exc).__name__}: {exc}", rank=world.rank)
+    # Unknown (a peer's death surfaces as a gloo RuntimeError): a restart may cure it.
+    return TrainerError(f"{type(exc).__name__}: {exc}", rank=world.rank, retryable=True)
 
 
 def record_failure(config: TrainerConfig | None, world: World, error: TrainerError) -> None:
-    """Leave a failure record in the run's folder (read by :func:`trainer.launch.launch`)."""
+    """Leave a failure record in the run's folder (read by :func:`trainer.launch.launch`; one
+    marked not retryable ends the job without restarts, see :mod:`trainer.supervisor`)."""
     if config is None or config.run_name is None:
         return
     records = RunRecords(config.runs_dir / config.run_name, world.rank, world.restart_count)
-    data: dict[str, Any] = {**error.to_dict(), "attempt": world.restart_count, "wall": time.time()}
+    data: dict[str, Any] = {
+        **error.to_dict(),
+        "attempt": world.restart_count,
+        "wall": time.time(),
+        "launch": world.launch_id,
+    }
     try:
         write_json(records.failure_path(), data)
     except OSError as exc:

@@ -112,7 +112,7 @@ class DataFeed:
         refs = manifest_refs(self.manifest, self.sampler.node_rows())
         lock = FileLock(str(self.cache.root / "locks" / f"warm-{self.manifest_path.stem}.lock"))
         with lock:
-            report = warm_cache(self.cache, refs, progress=False)
+            report = warm_cache(self.cache, refs)
         if report.failed:
             first = ", ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3])
             raise PreflightError(

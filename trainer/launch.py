@@ -4,6 +4,8 @@
 runs ``python -m torch.distributed.run ... -m trainer --config <that file>`` and returns the
 exit status. torchrun itself exits 1 whatever failed; when a worker left a failure record, the
 status is that worker's exit code instead (so a preflight failure stays distinguishable).
+A failure the worker marked non-retryable ends the job at once instead of after torchrun's
+restarts (:mod:`trainer.supervisor` says how and why).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
-import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from typing import Any
 from .config import TrainerConfig
 from .errors import ExitCode, LaunchError
 from .records import failure_records, read_json, write_json
+from .supervisor import supervise
 
 
 @dataclass(frozen=True)
@@ -31,12 +34,17 @@ class LaunchResult:
     :param run_name: the run's name (generated when the settings had none).
     :param run_dir: the run's records folder.
     :param summary: the end-of-run summary rank 0 wrote, if it got that far.
+    :param failure: the failure record that gave ``exit_code`` (the one that ended the job
+        at once when it was not retryable), if a rank left one.
+    :param stopped: ``True`` when a non-retryable failure ended the job without restarts.
     """
 
     exit_code: int
     run_name: str
     run_dir: Path
     summary: dict[str, Any] | None
+    failure: dict[str, Any] | None = None
+    stopped: bool = False
 
 
 def new_run_name(now: dt.datetime | None = None) -> str:
@@ -115,23 +123,27 @@ def launch_run(
     write_json(config_path, json.loads(config.to_json()), mode=0o600)
     started = time.time()
     command = torchrun_command(config, config_path, python or sys.executable)
+    launch_id = uuid.uuid4().hex
+    poll_s = config.launch.monitor_interval_s
     try:
         if log_path is None:
-            returncode = subprocess.run(command, check=False).returncode
+            returncode, terminal = supervise(command, folder, launch_id, poll_s)
         else:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with log_path.open("ab") as log:
-                returncode = subprocess.run(
-                    command, stdout=log, stderr=subprocess.STDOUT, check=False
-                ).returncode
+                returncode, terminal = supervise(command, folder, launch_id, poll_s, log)
     except OSError as exc:
         raise LaunchError(f"cannot start torchrun: {exc}") from exc
     summary = read_json(folder / "summary.json") if returncode == 0 else None
+    failure = terminal if terminal is not None else final_failure(returncode, folder, started)
+    code = int(failure.get("exit_code", returncode)) if failure is not None else returncode
     return LaunchResult(
-        exit_code=exit_status(returncode, folder, started),
+        exit_code=code,
         run_name=str(config.run_name),
         run_dir=folder,
         summary=summary if isinstance(summary, dict) else None,
+        failure=failure,
+        stopped=terminal is not None,
     )
 
 
@@ -146,11 +158,19 @@ def exit_status(returncode: int, folder: Path, since_wall: float) -> int:
     Of the records written since ``since_wall``, the first one of the last attempt is the
     failure that ended the job.
     """
+    record = final_failure(returncode, folder, since_wall)
+    if record is None:
+        return int(ExitCode.OK) if returncode == 0 else returncode
+    return int(record.get("exit_code", returncode))
+
+
+def final_failure(returncode: int, folder: Path, since_wall: float) -> dict[str, Any] | None:
+    """The failure record that ended a job torchrun ended with ``returncode`` (none on 0):
+    the first one of the last attempt among those written since ``since_wall``."""
     if returncode == 0:
-        return int(ExitCode.OK)
+        return None
     records = [r for r in failure_records(folder) if float(r.get("wall", 0.0)) >= since_wall]
     if not records:
-        return returncode
+        return None
     last_attempt = max(int(r.get("attempt", 0)) for r in records)
-    final = [r for r in records if int(r.get("attempt", 0)) == last_attempt]
-    return int(final[0].get("exit_code", returncode))
+    return next(r for r in records if int(r.get("attempt", 0)) == last_attempt)

@@ -39,14 +39,21 @@ class PreflightReport:
     checks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def run(self, name: str, check: Callable[[], dict[str, Any]], rank: int) -> dict[str, Any]:
-        """Run ``check`` as preflight check ``name``; any failure becomes a PreflightError."""
+        """Run ``check`` as preflight check ``name``; any failure becomes a PreflightError.
+
+        A refusal ends the job without restarts; an error raised inside the ``collective``
+        check (a peer that died, a connection lost) is retryable: a restart re-forms the group.
+        """
         started = time.perf_counter()
         try:
             detail = check()
         except PreflightError:
             raise
         except (TrainerError, ManifestError, OSError, RuntimeError, ValueError) as exc:
-            raise PreflightError(f"{name} check failed: {exc}", check=name, rank=rank) from exc
+            retry = name == "collective" or getattr(exc, "retryable", False)
+            raise PreflightError(
+                f"{name} check failed: {exc}", check=name, rank=rank, retryable=retry
+            ) from exc
         self.checks[name] = {**detail, "seconds": round(time.perf_counter() - started, 6)}
         return detail
 

@@ -14,6 +14,11 @@ from .errors import ConfigError
 _NO_RUN_ID = "none"
 
 
+LAUNCH_ENV = "QUARRY_TRAINER_LAUNCH_ID"
+"""Names the launch (one torchrun agent started by :func:`trainer.launch.launch_run`) to its
+workers, which put it in their failure records (see :mod:`trainer.supervisor`)."""
+
+
 @dataclass(frozen=True)
 class World:
     """This process's place in the job.
@@ -32,6 +37,7 @@ class World:
     :param master_port: its port.
     :param agent_store: ``True`` when the store is torchrun's agent store, shared by all the
         attempts of the job (so keys of an earlier attempt may still be in it).
+    :param launch_id: the launch this worker belongs to, when ``launch_run`` started it.
     """
 
     rank: int = 0
@@ -47,6 +53,7 @@ class World:
     master_addr: str | None = None
     master_port: int | None = None
     agent_store: bool = False
+    launch_id: str | None = None
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str]) -> World:
@@ -75,6 +82,7 @@ class World:
             master_addr=env.get("MASTER_ADDR"),
             master_port=_int(env, "MASTER_PORT", 0) or None,
             agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",
+            launch_id=env.get(LAUNCH_ENV) or None,
         )
         world.check()
         return world

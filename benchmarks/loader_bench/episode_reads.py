@@ -115,7 +115,7 @@ def measure_cache(p: Params, corpus: Corpus, folder: Path) -> dict[str, float]:
     block = int(p.block_mb * 2**20)
     store = ObjectStore(corpus.store.model_copy(update={"block_bytes": block}))
     hits = NodeCache(CacheConfig(root=folder / "cache", copy_block_bytes=block), store)
-    warm = warm_cache(hits, corpus.refs, progress=False)
+    warm = warm_cache(hits, corpus.refs)
     remote = NodeCache(CacheConfig(root=folder / "nocache", capacity_bytes=1), store)
     total = sum(r.size for r in corpus.refs) / MB
     hit_s = min(read_objects(hits, corpus.refs, block) for _ in range(p.hit_passes))

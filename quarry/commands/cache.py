@@ -28,6 +28,7 @@ from manifests.manifest import open_manifest
 from quarry.client import node_manifest, resolve_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.errors import QuarryError
+from quarry.progress import Progress
 from quarry.settings import Settings
 
 DEFAULT_CAPACITY = CacheConfig.model_fields["capacity_bytes"].default
@@ -69,11 +70,17 @@ def _cache_errors() -> Iterator[None]:
 
 
 def open_cache(settings: Settings, capacity: int | None) -> NodeCache:
-    """The state folder's cache with ``capacity`` bytes, or the capacity it last recorded."""
+    """The state folder's cache with ``capacity`` bytes, or the capacity it last recorded;
+    warns on stderr when the disk cannot hold that capacity (the cache then stays within what
+    it can hold)."""
     root = settings.paths.cache
     if capacity is None:
         capacity = NodeCache(CacheConfig(root=root)).recorded_capacity() or DEFAULT_CAPACITY
-    return NodeCache(CacheConfig(root=root, capacity_bytes=capacity))
+    cache = NodeCache(CacheConfig(root=root, capacity_bytes=capacity))
+    warning = cache.status().capacity_warning
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
+    return cache
 
 
 @click.group()
@@ -92,7 +99,11 @@ def cache() -> None:
 )
 @click.option("--capacity", type=BYTES, default=None, help="Cache capacity (default: as recorded).")
 @click.option("--threads", type=click.IntRange(1, 256), default=8, help="Parallel downloads.")
-@click.option("--progress/--no-progress", default=True, help="Progress bar on stderr.")
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    help="Progress on stderr (a bar on a terminal, plain lines otherwise).",
+)
 def warm(
     state_dir: Path | None,
     as_json: bool,
@@ -108,7 +119,8 @@ def warm(
     with _cache_errors():
         node_cache = open_cache(settings, capacity)
         refs = manifest_refs(open_manifest(manifest_path))
-        report = warm_cache(node_cache, refs, threads=threads, progress=progress)
+        with Progress("warm", "B", enabled=progress) as hook:
+            report = warm_cache(node_cache, refs, threads=threads, progress=hook)
     payload = {"manifest_id": manifest_id, **asdict(report)}
     emit(payload, as_json, _describe_warm(payload))
     if report.failed:
@@ -174,7 +186,12 @@ def _describe_status(status: CacheStatus) -> str:
     return "\n".join(
         [
             f"cache      {status.root}",
-            f"capacity   {_size(status.capacity_bytes)}",
+            f"capacity   {_size(status.capacity_bytes)}"
+            + (
+                f" (effective {_size(status.effective_capacity_bytes)})"
+                if status.capacity_warning
+                else ""
+            ),
             f"used       {_size(status.used_bytes)} ({share:.1%})",
             f"objects    {status.objects} local, {status.preparing} preparing, "
             f"{status.pinned} pinned",

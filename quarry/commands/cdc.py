@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import click
 
 from cdc.follower import follow as run_follower
-from cdc.status import read_status
+from cdc.liveness import liveness_at, writer_slot
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from warehouse.backends import open_warehouse
 
@@ -51,15 +51,25 @@ def follow(state_dir: Path | None, resnapshot: bool) -> None:
 @STATE_DIR
 @JSON
 def status(state_dir: Path | None, as_json: bool) -> None:
-    """Position, lag, throughput and last error of the follower."""
+    """Whether the CDC writer feeding the warehouse streams, is stalled or down, and why;
+    its position, lag and last error; the follower's figures. Judged from what Postgres holds
+    (the writer's reports, its slot's connection, the WAL position), so it holds for a
+    follower on another machine and for a Debezium feed. Exits 3 unless streaming."""
     settings = build_settings(state_dir)
-    current = read_status(settings.paths.cdc_status)
-    if current is None:
-        emit({"state": "never ran"}, as_json, "the CDC follower has not run in this state folder")
+    slot = writer_slot(settings.warehouse_config(), settings.cdc.slot)
+    live = liveness_at(settings.operational_dsn(), slot)
+    doc = live.to_dict()
+    emit(doc, as_json, _describe(doc))
+    if not live.healthy:
         raise SystemExit(3)
-    doc = asdict(current)
-    lines = [f"{key:<20} {value}" for key, value in doc.items()]
-    emit(doc, as_json, "\n".join(lines))
+
+
+def _describe(doc: dict[str, Any]) -> str:
+    """The judgement, then the follower's own figures (what is unknown left out)."""
+    figures = doc.get("status") or {}
+    lines = [f"{k:<20} {v}" for k, v in doc.items() if v is not None and k != "status"]
+    lines += [f"{k:<20} {v}" for k, v in figures.items() if k not in doc and v is not None]
+    return "\n".join(lines)
 
 
 def register(group: click.Group) -> None:

@@ -1,4 +1,6 @@
-"""``quarry episodes inspect``: what a container holds, read from the container itself."""
+"""``quarry episodes list | show | retract | restore`` (through the running service, over
+the operational database: retracted episodes included) and ``quarry episodes inspect``
+(what a container holds, read from the container itself)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ import click
 
 from episodes.errors import EpisodeError, SourceError
 from episodes.inspection import inspect as inspect_container
-from quarry.commands._common import JSON, STATE_DIR, emit
+from quarry.client import ServiceClient
+from quarry.commands._common import JSON, STATE_DIR, build_settings, emit, table
 from quarry.errors import BadInputError, NotFoundError, QuarryError, StackError
 
 
@@ -26,7 +29,69 @@ def service_error(error: EpisodeError) -> QuarryError:
 
 @click.group()
 def episodes() -> None:
-    """Look inside episode containers."""
+    """List, describe, retract and restore episodes; look inside their containers."""
+
+
+@episodes.command("list")
+@STATE_DIR
+@JSON
+@click.option("--robot", "robot_id", help="Only this robot's episodes.")
+@click.option("--task", "task_id", help="Only this task's episodes.")
+@click.option("--status", type=click.Choice(["active", "retracted"]), help="Only these.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--cursor", help="Continue after the previous page (its next_cursor).")
+def list_(state_dir: Path | None, as_json: bool, limit: int, **filters: str | None) -> None:
+    """Episodes by id, retracted ones included unless --status says."""
+    params = {k: v for k, v in filters.items() if v is not None}
+    client = ServiceClient.for_state(build_settings(state_dir))
+    page = client.get_json("/v1/episodes", limit=limit, **params)
+    columns = ["id", "robot_id", "task_id", "status", "success", "steps", "started_at"]
+    text = table(columns, [[e[c] for c in columns] for e in page["items"]])
+    if not page["items"]:
+        text = "no episodes"
+    if page["next_cursor"]:
+        text += f"\nmore: --cursor {page['next_cursor']}"
+    emit(page, as_json, text)
+
+
+@episodes.command()
+@STATE_DIR
+@JSON
+@click.argument("episode_id")
+def show(state_dir: Path | None, as_json: bool, episode_id: str) -> None:
+    """One episode: robot, task, times, container, stamps, QC flags, retractions."""
+    client = ServiceClient.for_state(build_settings(state_dir))
+    detail = client.get_json(f"/v1/episodes/{episode_id}")
+    emit(detail, as_json, describe_episode(detail))
+
+
+@episodes.command()
+@STATE_DIR
+@JSON
+@click.argument("episode_id")
+@click.option("--reason", default="", help="Why (kept in the retraction log).")
+def retract(state_dir: Path | None, as_json: bool, episode_id: str, reason: str) -> None:
+    """Take an episode out of every new curation; list the manifests that already hold it."""
+    client = ServiceClient.for_state(build_settings(state_dir))
+    done = client.post_json(f"/v1/episodes/{episode_id}/retract", {"reason": reason})
+    held = [m["id"] for m in done["manifests"]]
+    verb = "was already retracted" if done["already_retracted"] else "retracted"
+    count = f"{len(held)} manifest{'' if len(held) == 1 else 's'}"
+    lines = [f"episode {done['episode_id']} {verb}; {count} hold{'s' if len(held) == 1 else ''} it"]
+    lines += [f"  {manifest_id}" for manifest_id in held]
+    emit(done, as_json, "\n".join(lines))
+
+
+@episodes.command()
+@STATE_DIR
+@JSON
+@click.argument("episode_id")
+def restore(state_dir: Path | None, as_json: bool, episode_id: str) -> None:
+    """Undo a retraction: the episode is back in new curations once CDC carries it."""
+    client = ServiceClient.for_state(build_settings(state_dir))
+    done = client.post_json(f"/v1/episodes/{episode_id}/restore", {})
+    verb = "was not retracted" if done["already_active"] else "restored"
+    emit(done, as_json, f"episode {done['episode_id']} {verb}")
 
 
 @episodes.command()
@@ -45,6 +110,28 @@ def inspect(state_dir: Path | None, as_json: bool, uri: str, skip_qc: bool) -> N
     except EpisodeError as error:
         raise service_error(error) from error
     emit(described, as_json, describe(described))
+
+
+def describe_episode(ep: dict[str, Any]) -> str:
+    """An episode's registry row in a few lines."""
+    seconds = (ep["end_ns"] - ep["start_ns"]) / 1e9
+    lines = [
+        f"episode   {ep['id']}  {ep['status']}",
+        f"robot     {ep['robot_id']}  task {ep['task_id']}  site {ep['site']}  "
+        f"operator {ep['operator']}",
+        f"recorded  {ep['started_at']} .. {ep['ended_at']} ({seconds:.2f} s, "
+        f"{ep['steps']} steps at {ep['control_hz']:g} Hz), success {ep['success']}",
+        f"container {ep['uri']} ({ep['size_bytes'] / 1e6:.2f} MB, sha256 {ep['sha256'][:16]}...)",
+        f"stamps    schema {ep['schema_version']}  pipeline {ep['pipeline_version']}  "
+        f"robot_sw {ep['robot_sw_version']}",
+        f"qc flags  {', '.join(ep['quality_flags']) or 'none'}",
+        f"labels    {ep['labels']}  manifests {ep['manifests']}",
+    ]
+    lines += [
+        f"retracted {r['created_at']} by {r['author']}: {r['reason'] or '(no reason)'}"
+        for r in ep["retractions"]
+    ]
+    return "\n".join(lines)
 
 
 def describe(info: dict[str, Any]) -> str:

@@ -15,6 +15,7 @@ from episodes.mapping import Mapping, load_mapping
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.commands.episodes import service_error
 from quarry.errors import BadInputError, StackError
+from quarry.progress import Progress
 from quarry.stack.postgres import OPERATIONAL_DB, EmbeddedPostgres
 
 
@@ -53,10 +54,11 @@ def synth(
     settings = build_settings(state_dir)
     paths = settings.paths
     dsn = EmbeddedPostgres(paths).dsn(OPERATIONAL_DB)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        results = ingest_synth(
-            conn, paths.objects, count, seed, progress=not as_json, workers=workers
-        )
+    with (
+        psycopg.connect(dsn, autocommit=True) as conn,
+        Progress("ingest", "episodes", enabled=not as_json) as hook,
+    ):
+        results = ingest_synth(conn, paths.objects, count, seed, progress=hook, workers=workers)
         summary = _summarize(conn, results)
     emit(
         summary,

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
 
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.errors import StackError
 from quarry.stack.lifecycle import Stack, StackStatus
 
 
 def _describe(status: StackStatus) -> str:
     lines = [f"state dir   {status.state_dir}", f"service url {status.service_url or '-'}"]
     for name, part in status.parts.items():
-        mark = "healthy" if part.healthy else f"DOWN ({part.detail.get('error', 'unhealthy')})"
+        label = "STALLED" if part.detail.get("state") == "stalled" else "DOWN"
+        error = part.detail.get("error", "unhealthy")
+        mark = "healthy" if part.healthy else f"{label} ({error})"
         lines.append(f"{name:<11} {mark}")
         if not part.healthy and part.detail.get("log"):
             lines.append(f"{'':<11} see {part.detail['log']}")
@@ -63,7 +67,16 @@ def serve(state_dir: Path | None, host: str | None, port: int | None) -> None:
         settings.service.host = host
     if port is not None:
         settings.service.port = port
-    run_server(settings.service_settings())
+    try:
+        run_server(settings.service_settings())
+    except OSError as error:
+        if error.errno != errno.EADDRINUSE:
+            raise
+        where = f"{settings.service.host}:{settings.service.port}"
+        raise StackError(
+            f"port {where} is taken; pick another with --port or QUARRY_SERVICE__PORT "
+            "(0, the default, takes the service's last port or any free one)"
+        ) from None
 
 
 def register(group: click.Group) -> None:

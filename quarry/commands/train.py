@@ -37,15 +37,23 @@ def trainer_config(
 def describe(result: LaunchResult) -> str:
     summary = result.summary or {}
     if result.exit_code != 0:
+        how = " at once (not retryable)" if result.stopped else ""
+        why = f": {failure_text(result.failure)}" if result.failure else ""
         return (
-            f"training run {result.run_name} failed with exit status {result.exit_code}; "
-            f"records in {result.run_dir}"
+            f"training run {result.run_name} failed{how} with exit status {result.exit_code}"
+            f"{why}; records in {result.run_dir}"
         )
     return (
         f"run {result.run_name}: {summary.get('steps')} steps, "
         f"{summary.get('steps_per_s')} steps/s, loss {summary.get('first_loss_mean')} -> "
         f"{summary.get('last_loss_mean')}, goodput {summary.get('goodput_fraction')}"
     )
+
+
+def failure_text(record: dict[str, Any]) -> str:
+    """A rank's failure record in a few words: its error, message, check and rank."""
+    where = [f"{k} {record[k]}" for k in ("check", "rank") if record.get(k) is not None]
+    return f"{record.get('message')}" + (f" ({', '.join(where)})" if where else "")
 
 
 @click.command()
@@ -127,6 +135,8 @@ def train(
             "run_name": result.run_name,
             "run_dir": str(result.run_dir),
             "summary": result.summary,
+            "failure": result.failure,
+            "stopped": result.stopped,
         },
         as_json,
         describe(result),

@@ -5,10 +5,10 @@ parts keep running in the background until ``down``."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -16,7 +16,7 @@ import httpx
 import psycopg
 from filelock import FileLock
 
-from cdc.status import FollowerStatus, read_status
+from cdc.liveness import Liveness, liveness_at
 from quarry.errors import ConfigError, StackError
 from quarry.settings import Settings
 from quarry.stack import processes
@@ -34,8 +34,6 @@ T = TypeVar("T")
 CHDB_SCHEME = "chdb:"
 # Started in this order by ``up``, stopped in reverse by ``down``.
 DAEMONS = ("cdc", "service")
-# The follower rewrites its status at least once a second; older than this means stuck or dead.
-STALE_STATUS_S = 10.0
 
 
 @dataclass
@@ -175,8 +173,10 @@ class Stack:
         _wait_for(probe(lambda: _ready(url)), timeout, "the service to become ready", log)
 
     def _wait_for_cdc(self, pid: int) -> None:
-        """Wait until the follower has taken its snapshot and streams."""
+        """Wait until the follower started as ``pid`` has taken its snapshot and streams, as
+        it reports to Postgres."""
         log = self.paths.logs / "cdc.log"
+        host = socket.gethostname()
 
         def streaming() -> bool | None:
             if not processes.is_alive(pid, self._marker()):
@@ -185,52 +185,41 @@ class Stack:
                     part="cdc",
                     log=str(log),
                 )
-            current = read_status(self.paths.cdc_status)
-            return (
-                current is not None and current.pid == pid and current.state == "streaming"
-            ) or None
+            current = self._cdc_liveness()
+            return (current.pid == pid and current.host == host and current.healthy) or None
 
         _wait_for(
             streaming, self.settings.service.start_timeout_s, "the CDC follower to stream", log
         )
 
-    def _cdc_status(self, pid: int | None) -> PartStatus:
-        current = read_status(self.paths.cdc_status)
-        if not processes.is_alive(pid, self._marker()) or current is None:
-            return PartStatus(False, self._dead_cdc_detail(pid, current))
-        age = time.time() - datetime.fromisoformat(current.updated_at).timestamp()
-        detail = {
-            "pid": pid,
-            "state": current.state,
-            "lag_s": current.lag_s,
-            "position_lsn": current.position_lsn,
-            "snapshot_id": current.snapshot_id,
-            "rows_per_s": current.rows_per_s,
-            "last_error": current.last_error,
-            "status_age_s": round(age, 3),
-        }
-        healthy = current.state == "streaming" and age < STALE_STATUS_S
-        if not healthy:
-            detail["error"] = current.last_error or f"state {current.state}, {age:.0f} s old"
-        return PartStatus(healthy, detail)
+    def _cdc_liveness(self) -> Liveness:
+        return liveness_at(self.settings.operational_dsn(), self.settings.cdc.slot)
 
-    def _dead_cdc_detail(self, pid: int | None, last: FollowerStatus | None) -> dict[str, Any]:
-        """What a user needs when the follower is gone: how it ended, as far as its own last
-        status says (a follower that stops on an error writes it there first), and its log."""
-        detail: dict[str, Any] = {"error": "not running"}
-        if pid is None:
-            return detail
-        detail["log"] = str(self.paths.logs / "cdc.log")
-        if last is not None and last.pid == pid:
-            detail.update(
-                last_state=last.state,
-                last_error=last.last_error,
-                last_error_at=last.last_error_at,
-                last_update=last.updated_at,
-            )
-            if last.state == "failed" and last.last_error:
-                detail["error"] = f"not running: {last.last_error}"
-        return detail
+    def _cdc_status(self, pid: int | None) -> PartStatus:
+        """The follower as Postgres sees it (``cdc/liveness.py``): its reports and its slot's
+        replication connection, not the pid (a follower may run on another machine)."""
+        live = self._cdc_liveness()
+        figures = live.status or {}
+        detail: dict[str, Any] = {
+            "state": live.state,
+            "pid": live.pid,
+            "host": live.host,
+            "lag_s": figures.get("lag_s"),
+            "warehouse_lag_s": live.warehouse_lag_s,
+            "position_lsn": live.position_lsn,
+            "snapshot_id": figures.get("snapshot_id"),
+            "rows_per_s": figures.get("rows_per_s"),
+            "last_seen_s": live.last_seen_s,
+            "last_advance_s": live.last_advance_s,
+            "last_error": live.last_error,
+            "last_error_at": live.last_error_at,
+        }
+        if not live.healthy:
+            detail["reason"], detail["last_state"] = live.reason, live.reported_state
+            detail["error"] = _cdc_error(live)
+            if pid is not None:
+                detail["log"] = str(self.paths.logs / "cdc.log")
+        return PartStatus(live.healthy, detail)
 
     def _service_url(self) -> str | None:
         path = self.paths.service_url
@@ -272,6 +261,14 @@ class Stack:
         temp = self.paths.stack_file.with_suffix(".tmp")
         temp.write_text(json.dumps(record, indent=2) + "\n")
         temp.replace(self.paths.stack_file)
+
+
+def _cdc_error(live: Liveness) -> str:
+    """The one-line error ``quarry status`` shows for a follower that is not streaming."""
+    if live.state == "down":
+        ended = live.reported_state == "failed" and live.last_error
+        return f"not running: {live.last_error}" if ended else "not running"
+    return live.reason or live.state
 
 
 def _ready(url: str | None) -> bool | None:

@@ -44,6 +44,11 @@ class StatePaths(NodeLayout):
         return self.root / "run"
 
     @property
+    def service_port(self) -> Path:
+        """The port the service bound last; it takes it again at its next start if free."""
+        return self.root / "service.port"
+
+    @property
     def service_url(self) -> Path:
         """The URL the service bound, published once it listens."""
         return self.run / "service.url"
@@ -89,3 +94,14 @@ class StatePaths(NodeLayout):
             self.run,
         ):
             folder.mkdir(parents=True, exist_ok=True)
+
+
+def find_state_dir(start: Path, name: str = ".quarry") -> Path | None:
+    """The nearest ``name/`` folder that holds a stack (its ``stack.json``), in ``start`` or
+    a parent of it, as the exploration notebook finds it; ``None`` when there is none."""
+    here = start.resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / name
+        if (candidate / "stack.json").is_file():
+            return candidate
+    return None

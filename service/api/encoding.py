@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+SNAPSHOT_HEADER = "X-Quarry-Snapshot-Id"
+"""The response header naming the warehouse snapshot a query read."""
 
 
 def to_ipc_stream(table: pa.Table) -> bytes:

@@ -25,7 +25,8 @@ _DESCRIPTIONS = {
     408: "The query ran past its time limit and was stopped",
     413: "The request body is larger than the service accepts",
     422: "The request is well formed but cannot be served (see `errors` or `detail`)",
-    409: "The request conflicts with the current state (a finished job, another source)",
+    409: "The request conflicts with the current state (a finished job, another source, a "
+    "warehouse too far behind the source)",
     503: "A part the service needs is unavailable; retry later",
 }
 

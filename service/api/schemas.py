@@ -122,6 +122,16 @@ class CurationPublic(BaseModel):
     description: str
     manifest_url: str
     arrow_url: str
+    warehouse_lag_s: float | None = Field(
+        default=None,
+        description="seconds the warehouse's data was behind the source when the snapshot "
+        "was pinned, at most (null: unknown)",
+    )
+    lag_warning: str | None = Field(
+        default=None,
+        description="why the lag is past curation.max_lag_s, when on_lag is warn (also the "
+        "Quarry-Lag-Warning header)",
+    )
 
 
 class ManifestPublic(BaseModel):
@@ -284,6 +294,59 @@ class RetractionPublic(BaseModel):
     status: Literal["retracted"]
     already_retracted: bool
     manifests: list[ManifestRef] = Field(description="existing manifests that hold the episode")
+
+
+class EpisodeSummary(BaseModel):
+    """One episode as the operational database holds it (retracted ones included)."""
+
+    id: str
+    robot_id: str
+    task_id: str
+    site: str
+    operator: str
+    started_at: datetime = Field(description="wall clock")
+    start_ns: int = Field(description="log time, integer nanoseconds")
+    end_ns: int
+    steps: int
+    success: bool
+    status: Literal["active", "retracted"]
+    pipeline_version: int
+
+
+class EpisodePage(BaseModel):
+    items: list[EpisodeSummary]
+    next_cursor: str | None = Field(description="pass as ?cursor= for the next page")
+
+
+class RetractionEntry(BaseModel):
+    reason: str
+    author: str
+    created_at: datetime
+
+
+class EpisodeDetail(EpisodeSummary):
+    """An episode with its container, stamps, quality flags and retraction log."""
+
+    ended_at: datetime
+    control_hz: float
+    uri: str
+    size_bytes: int
+    sha256: str
+    topics: list[dict[str, Any]]
+    schema_version: int
+    robot_sw_version: str
+    created_at: datetime
+    updated_at: datetime
+    quality_flags: list[str]
+    labels: int = Field(description="how many labels it carries")
+    manifests: int = Field(description="how many registered manifests hold it")
+    retractions: list[RetractionEntry] = Field(description="who retracted it, when, why")
+
+
+class RestorationPublic(BaseModel):
+    episode_id: str
+    status: Literal["active"]
+    already_active: bool
 
 
 class CardGroup(BaseModel):

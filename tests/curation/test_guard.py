@@ -180,3 +180,31 @@ def test_normalized_text_is_stable_across_spelling() -> None:
     a = check_curation("select id from episodes where success", VIEWS).normalized
     b = check_curation("SELECT  id\nFROM episodes   WHERE success -- note", VIEWS).normalized
     assert a == b
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("SELECT unnest(topics) FROM episodes", "function unnest"),
+        ("SELECT * FROM range(10)", "table function 'range'"),
+        ("SELECT * FROM generate_series(1, 3)", "table function 'generate_series'"),
+        ("SELECT list_transform([1], x -> x) AS y FROM episodes", "function list_transform"),
+        ("SELECT Getenv('HOME') FROM episodes", "function getenv"),
+    ],
+)
+def test_refusals_quote_the_users_own_function_names(sql: str, named: str) -> None:
+    """sqlglot maps unnest to EXPLODE and range to GENERATE_SERIES; a refusal names what the
+    user wrote."""
+    with pytest.raises(CurationRefusedError) as refused:
+        check_curation(sql, VIEWS)
+    assert named in refused.value.message
+
+
+@pytest.mark.parametrize("sql", ["SELEC * FROM episodes", "  selec id from episodes", "SELECTT 1"])
+def test_a_typo_in_the_first_keyword_is_a_syntax_error_that_says_so(sql: str) -> None:
+    with pytest.raises(CurationRefusedError) as refused:
+        check_curation(sql, VIEWS)
+    assert refused.value.context["reason"] == "syntax"
+    word = sql.split()[0]
+    assert f"{word!r} at line 1" in refused.value.message
+    assert "starts with SELECT or WITH" in refused.value.message

@@ -24,7 +24,7 @@ def rows(conn: psycopg.Connection[Any], query: str) -> list[tuple[Any, ...]]:
 def test_ingest_synth_registers_rows_flags_and_stats(
     pg_conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    results = ingest_synth(pg_conn, tmp_path, 3, seed=7, progress=False, config=SHORT, workers=1)
+    results = ingest_synth(pg_conn, tmp_path, 3, seed=7, config=SHORT, workers=1)
     assert [r.created for r in results] == [True] * 3
     for result in results:
         path = Path(result.uri.removeprefix("file://"))
@@ -51,8 +51,8 @@ def test_ingest_synth_registers_rows_flags_and_stats(
 
 
 def test_ingest_is_idempotent(pg_conn: psycopg.Connection[Any], tmp_path: Path) -> None:
-    first = ingest_synth(pg_conn, tmp_path, 2, seed=1, progress=False, config=SHORT, workers=1)
-    again = ingest_synth(pg_conn, tmp_path, 3, seed=1, progress=False, config=SHORT, workers=1)
+    first = ingest_synth(pg_conn, tmp_path, 2, seed=1, config=SHORT, workers=1)
+    again = ingest_synth(pg_conn, tmp_path, 3, seed=1, config=SHORT, workers=1)
     assert [r.created for r in again] == [False, False, True]
     assert [r.sha256 for r in again[:2]] == [r.sha256 for r in first]
     assert rows(pg_conn, "SELECT count(*) FROM episodes")[0][0] == 3
@@ -70,14 +70,14 @@ def test_flags_are_stored(pg_conn: psycopg.Connection[Any], tmp_path: Path) -> N
 
 
 def test_parallel_workers(pg_conn: psycopg.Connection[Any], tmp_path: Path) -> None:
-    results = ingest_synth(pg_conn, tmp_path, 4, seed=3, progress=False, config=SHORT, workers=2)
+    results = ingest_synth(pg_conn, tmp_path, 4, seed=3, config=SHORT, workers=2)
     assert len({r.episode_id for r in results}) == 4
     assert rows(pg_conn, "SELECT count(*) FROM episode_stats")[0][0] == 4 * 20
 
 
 @pytest.mark.slow
 def test_fifty_episodes(pg_conn: psycopg.Connection[Any], tmp_path: Path) -> None:
-    results = ingest_synth(pg_conn, tmp_path, 50, seed=0, progress=False)
+    results = ingest_synth(pg_conn, tmp_path, 50, seed=0)
     assert len(results) == 50 and all(r.created for r in results)
     flagged = rows(pg_conn, "SELECT count(DISTINCT episode_id) FROM episode_quality_flags")
     assert 1 <= flagged[0][0] <= 10

@@ -101,7 +101,7 @@ def test_full_disk_evicts_then_fails_clearly(objects, cache_config) -> None:
 
 
 def _warm_forever(config: CacheConfig, store_config: StoreConfig, refs: list[ObjectRef]) -> None:
-    warm_cache(NodeCache(config, ObjectStore(store_config)), refs, threads=1, progress=False)
+    warm_cache(NodeCache(config, ObjectStore(store_config)), refs, threads=1)
 
 
 @pytest.mark.slow
@@ -129,7 +129,7 @@ def test_killed_warm_up_resumes(s3_config, objects, cache_config, tmp_path: Path
     child.join()
     before = cache.status()
     assert before.objects >= 1 and before.preparing == 1
-    report = warm_cache(cache, refs, progress=False)
+    report = warm_cache(cache, refs)
     assert report.already_local == before.objects
     assert report.fetched == 3 - before.objects and not report.failed
     after = cache.status()
@@ -190,7 +190,7 @@ def test_cache_never_exceeds_capacity(tmp_path_factory, sizes, capacity, ops) ->
 
 def _warm(config: CacheConfig, refs: list[ObjectRef], barrier, results) -> None:
     barrier.wait()
-    report = warm_cache(NodeCache(config), refs, threads=2, progress=False)
+    report = warm_cache(NodeCache(config), refs, threads=2)
     results.put((report.fetched, report.already_local, report.bytes_fetched, report.failed))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +98,17 @@ def test_bad_manifest_ids_fail_clearly(corpus: Stack) -> None:
     assert malformed.returncode == 2 and "not a manifest ID" in malformed.stderr
     bad_size = run_quarry(state, "cache", "status", "--capacity", "lots", check=False)
     assert bad_size.returncode == 2 and "not a size" in bad_size.stderr
+
+
+def test_a_capacity_larger_than_the_disk_is_capped_with_a_warning(tmp_path: Path) -> None:
+    """A cache asked for more than its disk holds says so and reports the cap it really
+    has (its own bytes plus the free space), which eviction keeps to."""
+    done = run_quarry(tmp_path, "cache", "status", "--capacity", "1000TB", "--json")
+    status = json.loads(done.stdout)
+    assert status["capacity_bytes"] == 10**15
+    free = shutil.disk_usage(tmp_path).free
+    assert 0 < status["effective_capacity_bytes"] <= free + status["used_bytes"]
+    assert done.stderr.startswith("warning: the cache's capacity (1000000000000000 bytes)")
+    assert "effective cap" in status["capacity_warning"]
+    plain = run_quarry(tmp_path, "cache", "status", "--capacity", "1GB")
+    assert "warning" not in plain.stderr and "effective" not in plain.stdout

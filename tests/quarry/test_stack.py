@@ -40,6 +40,7 @@ def test_up_status_down_up_keeps_state(state: Path) -> None:
 
         again = run_json(state, "up")
         assert again["healthy"]
+        assert again["service_url"] == up["service_url"]  # the service keeps its port
         with psycopg.connect(dsn) as conn:
             assert conn.execute("SELECT description FROM tasks WHERE id = 'kept'").fetchone() == (
                 "survives down",
@@ -77,6 +78,7 @@ def test_killed_service_is_restarted_by_up(state: Path) -> None:
         assert run_quarry(state, "status", "--json", check=False).returncode == 3
         again = run_json(state, "up")
         assert again["healthy"]
+        assert again["service_url"] == first["service_url"]  # the service keeps its port
         assert again["parts"]["service"]["pid"] != first["parts"]["service"]["pid"]
     finally:
         run_quarry(state, "down", check=False)

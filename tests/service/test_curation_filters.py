@@ -82,6 +82,10 @@ def test_values_become_literals_never_sql() -> None:
         {"per_task_cap": 0},
         {"unknown": 1},
         {"tasks": ["pick\x00"]},
+        {"success": "yes"},  # no coercion: a boolean is true or false
+        {"success": 1},
+        {"schema_version": {"min": "2"}},
+        {"per_task_cap": 2.0},
     ],
 )
 def test_bad_filters_are_refused(bad: dict[str, Any]) -> None:
@@ -219,6 +223,13 @@ def test_sql_and_filters_together_is_a_422(api: httpx.Client) -> None:
     response = api.post("/v1/curations", json={"sql": "SELECT * FROM episodes", "filters": {}})
     assert response.status_code == 422
     assert response.headers["content-type"] == "application/problem+json"
+
+
+def test_a_loosely_typed_filter_is_a_422_naming_it(api: httpx.Client) -> None:
+    response = api.post("/v1/curations", json={"filters": {"success": "yes"}})
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert ["body", "filters", "success"] in [e["loc"] for e in response.json()["errors"]]
 
 
 def _md5(seed: str, episode_id: str) -> str:

@@ -157,3 +157,15 @@ def test_manifest_download_serves_ranges(api: httpx.Client, manifest: tuple[str,
     assert resumed.status_code == 206 and resumed.content == content[:10]
     changed = api.get(url, headers={"Range": "bytes=0-9", "If-Range": '"other"'})
     assert changed.status_code == 200 and changed.content == content
+
+
+def test_docs_work_offline(api: httpx.Client) -> None:
+    """/docs is Swagger UI with its assets from the installed bundle: no CDN, no internet."""
+    page = api.get("/docs")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "cdn." not in page.text and "https://" not in page.text.split("<body>")[0]
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png"):
+        assert f"/docs-assets/{asset}" in page.text
+        served = api.get(f"/docs-assets/{asset}")
+        assert served.status_code == 200 and len(served.content) > 500, asset
+    assert "/openapi.json" in page.text and api.get("/openapi.json").status_code == 200

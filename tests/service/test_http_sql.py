@@ -87,6 +87,7 @@ def test_guard_refuses_with_a_reason(api: httpx.Client, query: str, reason: str)
     assert response.status_code == 400, response.text
     assert response.headers["content-type"] == PROBLEM
     assert response.json()["reason"] == reason
+    assert response.json()["title"] == "Query refused"  # an exploration query, not a curation
 
 
 def test_runaway_query_is_stopped_with_408(api: httpx.Client) -> None:

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import psutil
+import pyarrow as pa
 import pytest
 
+from manifests import ManifestMeta, build_manifest
 from trainer.config import load_config
 from trainer.errors import ExitCode, LaunchError
-from trainer.launch import exit_status, launch_run, torchrun_command, with_run_name
+from trainer.launch import (
+    LaunchResult,
+    exit_status,
+    launch_run,
+    torchrun_command,
+    with_run_name,
+)
 from trainer.records import write_json
+from trainer.supervisor import terminal_failure
 
 
 def test_single_node_runs_standalone(tmp_path: Path) -> None:
@@ -74,3 +86,81 @@ def test_a_failing_worker_exit_code_comes_through_torchrun(tmp_path: Path) -> No
     record = json.loads(records[0].read_text())
     assert record["error"] == "ManifestFetchError" and "no manifest file" in record["message"]
     assert (result.run_dir / "config.json").stat().st_mode & 0o777 == 0o600
+
+
+def empty_manifest(folder: Path) -> Path:
+    """A manifest with no rows (what a curation that selects nothing builds)."""
+    columns = ("episode_id", "uri", "start_ns", "end_ns", "num_samples", "size_bytes", "sha256")
+    types = (pa.string(), pa.string(), pa.int64(), pa.int64(), pa.int64(), pa.int64(), pa.string())
+    table = pa.table({c: pa.array([], type=t) for c, t in zip(columns, types, strict=True)})
+    return build_manifest(table, ManifestMeta(sql="SELECT 1"), folder).path
+
+
+def failures(result: LaunchResult) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in (result.run_dir / "failures").glob("*.json")]
+
+
+def processes_of(result: LaunchResult) -> list[psutil.Process]:
+    """Processes still running with this run's settings file on their command line."""
+    marker = str(result.run_dir / "config.json")
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        cmdline = process.info["cmdline"] or []
+        if marker in cmdline and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(process)
+    return found
+
+
+def test_a_non_retryable_failure_ends_the_job_without_restarts(tmp_path: Path) -> None:
+    config = load_config(
+        values={
+            "state_dir": str(tmp_path),
+            "manifest.path": str(empty_manifest(tmp_path / "m")),
+            "launch.nproc_per_node": 2,
+        }
+    )
+    assert config.launch.max_restarts == 3  # the default: torchrun would restart 3 times
+    started = time.monotonic()
+    result = launch_run(config, python=sys.executable)
+    assert result.exit_code == ExitCode.PREFLIGHT_MANIFEST
+    assert result.stopped
+    assert result.failure is not None and result.failure["message"] == "manifest holds no samples"
+    records = failures(result)
+    assert records and {r["attempt"] for r in records} == {0}  # no restart was started
+    assert all(r["retryable"] is False and r["check"] == "manifest" for r in records)
+    assert processes_of(result) == []  # torchrun and its workers are gone
+    assert time.monotonic() - started < 60  # four attempts took about 45 s on this machine
+
+
+def test_a_retryable_failure_is_still_restarted(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = tmp_path / "token"
+    token.write_text("t")
+    config = load_config(
+        values={
+            "state_dir": str(tmp_path),
+            "manifest.id": "ab" * 32,
+            "manifest.service_url": f"http://127.0.0.1:{port}",
+            "manifest.token_file": str(token),
+            "manifest.attempts": 1,
+            "launch.nproc_per_node": 1,
+            "launch.max_restarts": 1,
+        }
+    )
+    result = launch_run(config, python=sys.executable)
+    assert result.exit_code == ExitCode.MANIFEST
+    assert not result.stopped
+    records = failures(result)
+    assert {r["attempt"] for r in records} == {0, 1}  # the first failure was restarted
+    assert all(r["retryable"] is True for r in records)
+    assert "cannot reach the service" in records[0]["message"]
+
+
+def test_only_this_launchs_records_are_terminal(tmp_path: Path) -> None:
+    write_json(tmp_path / "failures" / "a.json", {"launch": "other", "retryable": False})
+    write_json(tmp_path / "failures" / "b.json", {"launch": "mine", "retryable": True})
+    assert terminal_failure(tmp_path, "mine") is None
+    write_json(tmp_path / "failures" / "c.json", {"launch": "mine", "retryable": False, "wall": 1})
+    assert terminal_failure(tmp_path, "mine") == {"launch": "mine", "retryable": False, "wall": 1}

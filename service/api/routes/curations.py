@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from curation.build import CurationRequest, check_request
@@ -27,6 +27,8 @@ from service.api.schemas import (
 )
 
 router = APIRouter(prefix="/v1/curations", tags=["curations"])
+#: Response header of a curation built past its lag bound (``on_lag: warn``).
+LAG_WARNING = "Quarry-Lag-Warning"
 
 
 @router.post(
@@ -35,7 +37,7 @@ router = APIRouter(prefix="/v1/curations", tags=["curations"])
     response_model=CurationPublic,
     responses={
         202: {"model": JobPublic, "description": "Queued as a job (`Location`: the job)"},
-        **problem_responses(400, 408, 422, 503),
+        **problem_responses(400, 408, 409, 422, 503),
     },
 )
 async def create(
@@ -43,12 +45,15 @@ async def create(
     runtime: Runtime,
     principal: Curator,
     request: Request,
+    response: Response,
     async_: Annotated[bool, Query(alias="async", description="queue as a job (202)")] = False,
 ) -> Any:
     """Build a curation's manifest (an existing one when the same curation already ran over
     the same data), registered with its name, tags and description. A curation that would
     hold no sample is refused (422, naming the snapshot) unless ``allow_empty``. With
-    ``?async=true`` or ``"mode": "async"``: 202 and a job to poll."""
+    ``?async=true`` or ``"mode": "async"``: 202 and a job to poll. The answer carries
+    ``warehouse_lag_s``; past ``curation.max_lag_s`` the curation is refused (409) or, with
+    ``on_lag: warn``, built with ``lag_warning`` (and the ``Quarry-Lag-Warning`` header)."""
     curation = CurationRequest(
         _sql(body.sql, body.filters),
         body.sample_spec,
@@ -71,6 +76,8 @@ async def create(
             public.model_dump(mode="json"), status_code=202, headers={"Location": public.url}
         )
     result = await runtime.call(runtime.curate, curation)
+    if result.lag_warning is not None:
+        response.headers[LAG_WARNING] = result.lag_warning
     return _curation_public(result.to_dict(), request)
 
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
+from cdc import liveness as cdc_liveness
 from service.context import ServiceContext
 
 router = APIRouter(tags=["health"])
@@ -41,18 +42,35 @@ async def healthz() -> Liveness:
     responses={503: {"model": Readiness, "description": "A part this service needs is down"}},
 )
 async def readyz(request: Request) -> JSONResponse:
-    """Every part this service needs answers: 200 when all do, 503 with the failing checks."""
+    """Every part this service needs answers: 200 when all do, 503 with the failing checks.
+    ``checks.cdc`` tells whether the CDC writer feeding the warehouse is alive and advancing
+    (``required: false``: a down or stalled follower is reported, and curations are held to
+    ``curation.max_lag_s``, but reads and manifests still work, so it does not make the
+    service unready)."""
     context: ServiceContext = request.app.state.context
     limiter: anyio.CapacityLimiter = request.app.state.health_threads
-    checks = {"postgres": await to_thread.run_sync(_check_postgres, context, limiter=limiter)}
-    ready = all(check["ok"] for check in checks.values())
+    checks = await to_thread.run_sync(_checks, context, limiter=limiter)
+    ready = all(check["ok"] for check in checks.values() if check.get("required", True))
     return JSONResponse({"ready": ready, "checks": checks}, status_code=200 if ready else 503)
 
 
-def _check_postgres(context: ServiceContext) -> dict[str, Any]:
+def _checks(context: ServiceContext) -> dict[str, dict[str, Any]]:
+    """Postgres answers, and the CDC writer's liveness, on one connection."""
     try:
         with context.connect() as conn:
             conn.execute("SELECT 1")
+            liveness = context.cdc_liveness(conn)
     except Exception as error:  # any failure means not ready; reported as text
-        return {"ok": False, "error": str(error)}
-    return {"ok": True}
+        postgres: dict[str, Any] = {"ok": False, "error": str(error)}
+        liveness = cdc_liveness.unreadable("", error)
+    else:
+        postgres = {"ok": True}
+    cdc = {"ok": liveness.healthy, "required": False, **_cdc_summary(liveness)}
+    return {"postgres": postgres, "cdc": cdc}
+
+
+def _cdc_summary(liveness: cdc_liveness.Liveness) -> dict[str, Any]:
+    doc = liveness.to_dict()
+    doc.pop("status")  # the follower's full figures are on /metrics
+    doc.pop("healthy")
+    return doc

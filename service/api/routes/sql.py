@@ -12,15 +12,20 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, Field
 
-from curation.guard import MAX_SQL_BYTES, check_curation
+from curation.guard import MAX_SQL_BYTES, CheckedQuery, CurationRefusedError, check_curation
 from service.api.deps import Context, Reader
-from service.api.encoding import ARROW_STREAM, column_types, json_rows, to_ipc_stream
+from service.api.encoding import (
+    ARROW_STREAM,
+    SNAPSHOT_HEADER,
+    column_types,
+    json_rows,
+    to_ipc_stream,
+)
 from service.api.problems import problem_responses
-from service.errors import NotFoundError
+from service.errors import BadRequestError, NotFoundError
 from warehouse.base import CURATION_VIEWS, Warehouse
 
 router = APIRouter(prefix="/v1/sql", tags=["sql"])
-SNAPSHOT_HEADER = "X-Quarry-Snapshot-Id"
 _VIEWS = frozenset(CURATION_VIEWS)
 
 
@@ -86,7 +91,7 @@ def run_sql(
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run one read-only query; the result is JSON, or Arrow IPC when asked for."""
-    checked = check_curation(body.sql, _VIEWS)
+    checked = check_query(body.sql)
     warehouse = context.warehouse()
     snapshot = resolve_snapshot(warehouse, body.snapshot_id)
     table = warehouse.query_arrow(
@@ -124,3 +129,17 @@ def resolve_snapshot(warehouse: Warehouse, requested: int | None) -> int:
 
 def _capped(requested: float | None, limit: float) -> float:
     return limit if requested is None else min(requested, limit)
+
+
+class QueryRefusedError(BadRequestError):
+    """An exploration query the guard refused (the same rules as a curation's)."""
+
+    title = "Query refused"
+
+
+def check_query(sql: str) -> CheckedQuery:
+    """``sql`` through the curation guard, its refusal titled as a query's, not a curation's."""
+    try:
+        return check_curation(sql, _VIEWS)
+    except CurationRefusedError as error:
+        raise QueryRefusedError(error.message, **error.context) from None
