@@ -4,8 +4,9 @@ Deleted: manifest files (``<id>.arrow``) the registry has no row for, partial wr
 (``.tmp-*``, what a killed build or download leaves), both once older than :data:`GRACE_S`
 (a build publishes its file a moment before it registers it), and the files of retired
 manifests. Never deleted: the file of a manifest anyone pulled (downloaded from the service,
-as every trainer does; see ``manifest_pulls``) or that a tag points at, retired or not; nor
-any registered manifest that is not retired. A retired manifest's row stays, with its lineage.
+as every trainer does; see ``manifest_pulls``) or that a label points at (a tag or a name),
+retired or not; nor any registered manifest that is not retired. A retired manifest's row
+stays, with its lineage.
 
 Each retired manifest is deleted under its registry row's lock, checked again there: a pull
 (whose row's foreign key takes a key-share lock on it), an edit or a curation reusing it
@@ -49,7 +50,7 @@ class Kept:
     """A retired manifest whose file stays, and why."""
 
     manifest_id: str
-    reason: Literal["pulled", "tagged"]
+    reason: Literal["pulled", "tagged", "named"]
     detail: str
 
 
@@ -122,24 +123,26 @@ def _registered(conn: psycopg.Connection[Any], ids: list[str]) -> dict[str, bool
 def _collect_retired(
     conn: psycopg.Connection[Any], report: GcReport, manifest_id: str, path: Path
 ) -> None:
-    """Delete a retired manifest's file unless it is pulled or tagged, under its row's lock
-    (a dry run locks nothing)."""
+    """Delete a retired manifest's file unless it is pulled, tagged or named, under its row's
+    lock (a dry run locks nothing)."""
     with conn.transaction():
         lock = "" if report.dry_run else " FOR UPDATE"
         row = conn.execute(
-            f"SELECT retired_at IS NOT NULL, tags FROM manifests WHERE id = %s{lock}",
+            f"SELECT retired_at IS NOT NULL, tags, name FROM manifests WHERE id = %s{lock}",
             (manifest_id,),
         ).fetchone()
         if row is None or not row[0]:  # brought back meanwhile
             return
-        kept = _why_kept(conn, manifest_id, list(row[1]))
+        kept = _why_kept(conn, manifest_id, list(row[1]), str(row[2]))
         if kept is not None:
             report.kept.append(kept)
             return
         _delete(report, Collected(manifest_id, str(path), _size(path), "retired"))
 
 
-def _why_kept(conn: psycopg.Connection[Any], manifest_id: str, tags: list[str]) -> Kept | None:
+def _why_kept(
+    conn: psycopg.Connection[Any], manifest_id: str, tags: list[str], name: str
+) -> Kept | None:
     pulls = pulls_of(conn, manifest_id)
     last = pulls["last"]
     if last is not None:
@@ -151,6 +154,8 @@ def _why_kept(conn: psycopg.Connection[Any], manifest_id: str, tags: list[str]) 
         return Kept(manifest_id, "pulled", detail)
     if tags:
         return Kept(manifest_id, "tagged", "tagged " + ", ".join(tags))
+    if name:
+        return Kept(manifest_id, "named", f"named {name!r}")
     return None
 
 

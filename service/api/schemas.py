@@ -176,8 +176,8 @@ class ManifestUpdate(BaseModel):
     remove_tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
     retired: bool | None = Field(
         default=None,
-        description="true: retire (its file may be garbage-collected unless pulled or "
-        "tagged); false: bring back",
+        description="true: retire (its file may be garbage-collected unless pulled, tagged "
+        "or named); false: bring back",
     )
 
 
@@ -194,7 +194,7 @@ class GcFile(BaseModel):
 
 class GcKept(BaseModel):
     manifest_id: str
-    reason: Literal["pulled", "tagged"]
+    reason: Literal["pulled", "tagged", "named"]
     detail: str
 
 

@@ -4,7 +4,7 @@
 -- live in the registry with its author and creation time, never in the file: they change
 -- neither its bytes nor its ID. A retired manifest stays registered (its lineage, SQL and
 -- history stay); `quarry manifests gc` may delete its file unless a trainer pulled it or a
--- tag points at it.
+-- label (a tag or its name) points at it.
 ALTER TABLE manifests
     ADD COLUMN name         text NOT NULL DEFAULT '',
     ADD COLUMN tags         text[] NOT NULL DEFAULT '{}',

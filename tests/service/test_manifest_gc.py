@@ -1,7 +1,7 @@
 """``quarry manifests gc`` (``POST /v1/manifests/gc``): the service's manifest folder loses the
 files no registry row names (an hour after they were written), partial writes, and retired
-manifests' files, but never a file a trainer pulled (each download is recorded) or one a tag
-points at; ``--dry-run`` lists the same and deletes nothing."""
+manifests' files, but never a file a trainer pulled (each download is recorded) or one a label
+(a tag or a name) points at; ``--dry-run`` lists the same and deletes nothing."""
 
 from __future__ import annotations
 
@@ -49,11 +49,12 @@ def stray(folder: Path, name: str, *, old: bool) -> Path:
 def garden(api: httpx.Client, corpus: Stack) -> Iterator[dict[str, Any]]:
     """A manifest folder holding one file of every kind gc looks at."""
     folder = corpus.paths.manifests
+    labels = {"tagged": {"tags": ["keep"]}, "named": {"name": "baseline"}}
     made = {
-        case: curate(api, case, **({"tags": ["keep"]} if case == "tagged" else {}))
-        for case in ("retired", "pulled", "tagged", "in-use")
+        case: curate(api, case, **labels.get(case, {}))
+        for case in ("retired", "pulled", "tagged", "named", "in-use")
     }
-    for case in ("retired", "pulled", "tagged"):
+    for case in ("retired", "pulled", "tagged", "named"):
         retire(api, made[case]["manifest_id"])
     pull = api.get(
         f"/v1/manifests/{made['pulled']['manifest_id']}/arrow",
@@ -87,6 +88,7 @@ def test_dry_run_lists_what_gc_then_deletes(
     }
     kept = {k["manifest_id"]: (k["reason"], k["detail"]) for k in planned["kept"]}
     assert kept[made["tagged"]["manifest_id"]] == ("tagged", "tagged keep")
+    assert kept[made["named"]["manifest_id"]] == ("named", "named 'baseline'")
     reason, detail = kept[made["pulled"]["manifest_id"]]
     assert reason == "pulled" and "by local-admin for run run-42" in detail
     assert all(Path(path).exists() for path, _ in deleted)  # a dry run deletes nothing
@@ -99,7 +101,7 @@ def test_dry_run_lists_what_gc_then_deletes(
     assert not any(Path(path).exists() for path, _ in deleted)
     assert not garden["stamp"].exists()  # the orphan's verification stamp went with it
     assert paths["young"].exists()  # written within the hour: a build may be registering it
-    for case in ("pulled", "tagged", "in-use"):
+    for case in ("pulled", "tagged", "named", "in-use"):
         assert (corpus.paths.manifests / f"{made[case]['manifest_id']}.arrow").exists()
     assert run_json(state, "manifests", "gc")["deleted"] == []
 

@@ -222,7 +222,8 @@ async def card(
 def gc(body: GcCreate, context: Context, _: Admin) -> GcPublic:
     """Delete the manifest folder's unreferenced files: files no registry row names (and
     partial writes), once an hour old, and retired manifests' files, except those anyone
-    pulled or a tag points at. ``dry_run`` lists them and deletes nothing."""
+    pulled or a label (a tag or a name) points at. ``dry_run`` lists them and deletes
+    nothing."""
     with context.connect() as conn:
         report = collect_manifests(conn, context.settings.manifest_dir, dry_run=body.dry_run)
     return GcPublic.model_validate(report.to_dict())
