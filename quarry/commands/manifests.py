@@ -18,6 +18,7 @@ from manifests.diff import diff_manifests
 from manifests.manifest import open_manifest
 from quarry.client import ServiceClient, manifest_key, node_manifest, resolve_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.commands._manifest_diff import describe_diff
 
 
 def _client(state_dir: Path | None) -> ServiceClient:
@@ -56,9 +57,36 @@ def _describe_entry(m: dict[str, Any]) -> str:
 @JSON
 @click.argument("manifest_id")
 def show(state_dir: Path | None, as_json: bool, manifest_id: str) -> None:
-    """One manifest's registry entry, pulls and recorded metadata."""
+    """One manifest's registry entry, pulls and recorded metadata (its statistics: ``card``)."""
     detail = _client(state_dir).get_json(f"/v1/manifests/{manifest_key(manifest_id)}")
-    emit(detail, as_json, json.dumps(detail, indent=2, default=str))
+    emit(detail, as_json, _describe_detail(detail))
+
+
+def _describe_detail(m: dict[str, Any]) -> str:
+    position = m["cdc_position"] or {}
+    pulls = m["pulls"]
+    lines = [
+        f"manifest     {m['id']}",
+        f"name         {m['name'] or '-'}",
+        f"tags         {', '.join(m['tags']) or '-'}",
+        f"description  {m['description'] or '-'}",
+        f"rows         {m['rows']}  samples {m['samples']}  size {m['size_bytes']} bytes",
+        f"created      {m['created_at']} by {m['author']}",
+        f"retired      {m['retired_at'] or 'no'}",
+        f"format       version {m['format_version']}",
+        f"snapshot     {m['snapshot_id']}  cdc lsn {position.get('lsn_text') or '-'}",
+        f"pulls        {pulls['count']}"
+        + (
+            f", last {pulls['last_at']} by {pulls['last_principal']}"
+            + (f" for run {pulls['last_run']}" if pulls["last_run"] else "")
+            if pulls["count"]
+            else ""
+        ),
+        f"sample spec  {json.dumps(m['sample_spec'], sort_keys=True)}",
+        "sql",
+        *(f"  {line}" for line in str(m["sql"]).splitlines()),
+    ]
+    return "\n".join(lines)
 
 
 @manifests.command()
@@ -67,12 +95,14 @@ def show(state_dir: Path | None, as_json: bool, manifest_id: str) -> None:
 @click.argument("a")
 @click.argument("b")
 def diff(state_dir: Path | None, as_json: bool, a: str, b: str) -> None:
-    """What changed from manifest A to manifest B: episodes and metadata."""
+    """What changed from manifest A (old) to manifest B (new): rows and samples side by side,
+    the episodes added, removed and changed, and each changed metadata key (the SQL line by
+    line, normalization as mean and std per dimension)."""
     settings = build_settings(state_dir)
-    paths = [node_manifest(settings, resolve_manifest(settings, ref)) for ref in (a, b)]
+    ids = [resolve_manifest(settings, ref) for ref in (a, b)]
+    paths = [node_manifest(settings, manifest_id) for manifest_id in ids]
     result = diff_manifests(open_manifest(paths[0]), open_manifest(paths[1]))
-    payload = result.to_dict()
-    emit(payload, as_json, _describe_diff(payload))
+    emit(result.to_dict(), as_json, describe_diff(ids[0], ids[1], result))
 
 
 @manifests.command()
@@ -150,7 +180,7 @@ def card(state_dir: Path | None, as_json: bool, manifest_id: str) -> None:
     "--retire/--unretire",
     "retired",
     default=None,
-    help="Retire (its file may be garbage-collected unless pulled or tagged), or bring back.",
+    help="Retire (its file may be garbage-collected unless pulled, tagged or named), or undo.",
 )
 def edit(
     state_dir: Path | None,
@@ -178,7 +208,7 @@ def edit(
 def gc(state_dir: Path | None, as_json: bool, dry_run: bool) -> None:
     """Delete the service's unreferenced manifest files: those no registry row names (an hour
     after they were written) and retired manifests' files, except those a trainer pulled or
-    a tag points at."""
+    a label (a tag or a name) points at."""
     report = _client(state_dir).post_json("/v1/manifests/gc", {"dry_run": dry_run})
     emit(report, as_json, _describe_gc(report))
 
@@ -190,18 +220,4 @@ def _describe_gc(report: dict[str, Any]) -> str:
     ]
     lines += [f"kept {k['manifest_id']}: {k['detail']}" for k in report["kept"]]
     lines.append(f"{verb} {len(report['deleted'])} files, {report['freed_bytes']} bytes")
-    return "\n".join(lines)
-
-
-def _describe_diff(diff: dict[str, Any]) -> str:
-    lines = [
-        f"rows     {diff['rows']['a']} -> {diff['rows']['b']}",
-        f"samples  {diff['samples']['a']} -> {diff['samples']['b']}",
-        f"episodes +{len(diff['added'])} -{len(diff['removed'])} "
-        f"~{len(diff['changed'])} ={diff['unchanged']}",
-    ]
-    lines += [
-        f"metadata {key}: {change['a']!r} -> {change['b']!r}"
-        for key, change in diff["metadata"].items()
-    ]
     return "\n".join(lines)
