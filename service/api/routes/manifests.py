@@ -30,6 +30,7 @@ from curation.registry import (
     update_manifest,
 )
 from manifests.manifest import open_manifest
+from service.api.card_schemas import ManifestCard
 from service.api.deps import Admin, Context, Curator, Reader
 from service.api.markdown import MARKDOWN, card_markdown
 from service.api.problems import problem_responses
@@ -37,7 +38,6 @@ from service.api.runtime import Runtime
 from service.api.schemas import (
     GcCreate,
     GcPublic,
-    ManifestCard,
     ManifestDetail,
     ManifestEpisode,
     ManifestEpisodePage,
