@@ -25,14 +25,22 @@ from curation.compose import (
     probe_query,
     stats_query,
 )
+from curation.errors import EmptyCurationError
 from curation.freshness import LagBound, check_lag, warehouse_lag_s
 from curation.guard import CheckedQuery, CurationRefusedError, check_curation
 from curation.norm import norm_stats
 from curation.params import ParamValue
+from curation.registration import (
+    CurationResult,
+    ManifestAnnotation,
+    register_manifest,
+    reuse_manifest,
+)
 from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
 from manifests.build import ManifestInfo, build_manifest
 from manifests.meta import ManifestMeta
+from manifests.schema import FORMAT_VERSION
 from warehouse.base import CURATION_VIEWS
 from warehouse.changes import Position
 from warehouse.errors import QueryError
@@ -83,43 +91,27 @@ class CurationLimits:
 
 @dataclass(frozen=True)
 class CurationRequest:
-    """A curation as asked: ``params`` fill the SQL's ``'<name>'`` placeholders
-    (:mod:`curation.params`); the manifest records the SQL with them bound."""
+    """A curation as the engine takes it.
+
+    ``params`` fill the SQL's ``'<name>'`` placeholders (:mod:`curation.params`); the manifest
+    records the SQL with them bound. ``name``, ``tags`` and ``description`` go to the registry,
+    never into the manifest file (they change neither its bytes nor its ID); ``allow_empty``
+    registers a manifest without a sample instead of refusing the curation
+    (:class:`EmptyCurationError`).
+    """
 
     sql: str
     sample_spec: dict[str, Any] | None = None
     author: str = "local"
     params: Mapping[str, ParamValue] | None = None
+    name: str = ""
+    tags: tuple[str, ...] = ()
+    description: str = ""
+    allow_empty: bool = False
 
-
-@dataclass(frozen=True)
-class CurationResult:
-    """A built or reused manifest. ``warehouse_lag_s``: seconds the warehouse's data was
-    behind the source when this curation pinned its snapshot (``None``: unknown; see
-    :mod:`curation.freshness`); ``lag_warning``: why that is past the bound, when the bound
-    warns instead of refusing."""
-
-    manifest_id: str
-    rows: int
-    samples: int
-    size_bytes: int
-    snapshot_id: int
-    reused: bool
-    path: Path
-    warehouse_lag_s: float | None = None
-    lag_warning: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "manifest_id": self.manifest_id,
-            "rows": self.rows,
-            "samples": self.samples,
-            "size_bytes": self.size_bytes,
-            "snapshot_id": self.snapshot_id,
-            "reused": self.reused,
-            "warehouse_lag_s": self.warehouse_lag_s,
-            "lag_warning": self.lag_warning,
-        }
+    @property
+    def annotation(self) -> ManifestAnnotation:
+        return ManifestAnnotation(self.name, self.tags, self.description)
 
 
 def parse_spec(raw: dict[str, Any] | None) -> SampleSpec:
@@ -164,16 +156,29 @@ def run_curation(
     """Build (or reuse) the manifest of ``request`` and register it in Postgres. A cancelled
     ``scope`` stops the build at its next query (or interrupts the running one). The pinned
     snapshot's warehouse lag is measured first and held to ``limits.lag``: past a refusing
-    bound nothing is built (:class:`~curation.errors.WarehouseLagError`)."""
+    bound nothing is built (:class:`~curation.errors.WarehouseLagError`).
+
+    :raises EmptyCurationError: the manifest would hold no sample and the request does not
+        say ``allow_empty``.
+    """
     checked, spec = check_request(request)
     snapshot, version = pin(checked, source)
     lag = warehouse_lag_s(source.position(at=snapshot), conn)
     warning = check_lag(lag, limits.lag, snapshot)
     key = reuse_key(checked, spec, version)
-    existing = _find_reusable(conn, key)
+    existing = reuse_manifest(conn, key, request.annotation, snapshot, request.allow_empty)
     if existing is not None:
         return replace(existing, warehouse_lag_s=lag, lag_warning=warning)
-    info, meta, episode_ids = build_at(checked, spec, snapshot, source, limits, manifest_dir, scope)
+    info, meta, episode_ids = build_at(
+        checked,
+        spec,
+        snapshot,
+        source,
+        limits,
+        manifest_dir,
+        scope,
+        allow_empty=request.allow_empty,
+    )
     result = CurationResult(
         info.manifest_id,
         info.num_rows,
@@ -182,13 +187,14 @@ def run_curation(
         snapshot,
         False,
         info.path,
-        lag,
-        warning,
+        warehouse_lag_s=lag,
+        lag_warning=warning,
     )
     if scope is not None:
         scope.check()
-    _register(conn, result, meta, key, request.author, episode_ids)
-    return result
+    return register_manifest(
+        conn, result, meta, key, request.author, request.annotation, episode_ids
+    )
 
 
 def build_at(
@@ -199,26 +205,45 @@ def build_at(
     limits: CurationLimits,
     out_dir: Path,
     scope: CancelScope | None = None,
+    *,
+    allow_empty: bool = True,
+    format_version: int = FORMAT_VERSION,
 ) -> tuple[ManifestInfo, ManifestMeta, list[str]]:
-    """Query the curation at ``snapshot`` and write its manifest under ``out_dir``; the same
-    arguments over the same warehouse give the same bytes. Returns the manifest, its
-    metadata and its episode ids."""
-    table, norm_stats, cameras = _query(checked, spec, source, snapshot, limits, scope)
+    """Query the curation at ``snapshot`` and write its manifest, of ``format_version`` (a
+    rebuild writes its original's), under ``out_dir``; the same arguments over the same
+    warehouse give the same bytes. Returns the manifest, its metadata and its episode ids.
+
+    :raises EmptyCurationError: no slice holds a sample and not ``allow_empty`` (before
+        anything is written).
+    """
+    table, norm_stats, cameras = _query(
+        checked, spec, source, snapshot, limits, scope, allow_empty=allow_empty
+    )
     if spec.cameras is None and cameras:
         spec = replace(spec, cameras=cameras)
-    position = source.position(at=snapshot)
     meta = ManifestMeta(
         sql=checked.normalized,
         sample_spec=spec.to_dict(),
         snapshot_id=snapshot,
-        cdc_position=position.to_json() if position is not None else None,
+        cdc_position=_recorded_position(source.position(at=snapshot), format_version),
         norm_stats=norm_stats,
+        format_version=format_version,
     )
     if scope is not None:
         scope.check()
     info = build_manifest(table, meta, out_dir)
     ids = pc.unique(table["episode_id"])
     return info, meta, ids.take(pc.sort_indices(ids)).to_pylist()
+
+
+def _recorded_position(
+    position: Position | None, format_version: int
+) -> dict[str, Any] | str | None:
+    """The CDC position as a manifest of ``format_version`` records it: a JSON object from
+    version 2, its JSON text in version 1 (byte for byte what version 1 wrote)."""
+    if position is None:
+        return None
+    return position.to_dict() if format_version >= 2 else position.to_json()
 
 
 def reuse_key(checked: CheckedQuery, spec: SampleSpec, snapshot: int) -> str:
@@ -267,10 +292,13 @@ def _query(
     snapshot: int,
     limits: CurationLimits,
     scope: CancelScope | None,
+    *,
+    allow_empty: bool,
 ) -> tuple[pa.Table, dict[str, Any], tuple[str, ...]]:
     """The manifest's rows (with ``num_samples``; slices without a sample left out), its
     normalization statistics and camera set, from one pass of the curation: the statistics
-    and cameras cover every episode the manifest query returned."""
+    and cameras cover every episode the manifest query returned. No row left and not
+    ``allow_empty``: :class:`EmptyCurationError`."""
     probe = run_query(probe_query(checked), source, snapshot, limits, scope, internal=True)
     composed = compose(checked, probe.column_names, CARRY)
     table = run_query(composed.tree, source, snapshot, limits, scope)
@@ -283,7 +311,10 @@ def _query(
         table["end_ns"].to_numpy(zero_copy_only=False),
     )
     table = table.append_column("num_samples", pa.array(counts, type=pa.int64()))
+    matched = table.num_rows
     table = table.filter(pa.array(counts > 0))
+    if table.num_rows == 0 and not allow_empty:
+        raise EmptyCurationError.at(snapshot, matched, spec.anchor_step_ns)
     rows = run_query(
         stats_query(), source, snapshot, limits, scope, internal=True, tables={CURATED_IDS: ids}
     )
@@ -300,52 +331,6 @@ def _cameras(topics: pa.ChunkedArray) -> tuple[str, ...]:
         if t.get("kind") == "camera"
     }
     return tuple(sorted(names))
-
-
-def _find_reusable(conn: psycopg.Connection[Any], key: str) -> CurationResult | None:
-    row = conn.execute(
-        "SELECT id, rows, samples, size_bytes, snapshot_id, uri FROM manifests "
-        "WHERE reuse_key = %s ORDER BY created_at LIMIT 1",
-        (key,),
-    ).fetchone()
-    if row is None or not Path(row[5]).exists():
-        return None
-    return CurationResult(row[0], row[1], row[2], row[3], row[4], True, Path(row[5]))
-
-
-def _register(
-    conn: psycopg.Connection[Any],
-    result: CurationResult,
-    meta: ManifestMeta,
-    key: str,
-    author: str,
-    episode_ids: list[str],
-) -> None:
-    with conn.transaction():
-        inserted = conn.execute(
-            "INSERT INTO manifests (id, reuse_key, sql, sample_spec, snapshot_id, cdc_position,"
-            " rows, samples, size_bytes, uri, author) VALUES (%s, %s, %s, %s, %s, %s, %s, %s,"
-            " %s, %s, %s) ON CONFLICT (id) DO NOTHING",
-            (
-                result.manifest_id,
-                key,
-                meta.sql,
-                json.dumps(meta.sample_spec),
-                result.snapshot_id,
-                meta.cdc_position or "",
-                result.rows,
-                result.samples,
-                result.size_bytes,
-                str(result.path),
-                author,
-            ),
-        ).rowcount
-        if inserted == 0:  # the same bytes were built before, under another reuse key
-            return
-        copy_sql = "COPY manifest_episodes (manifest_id, episode_id) FROM STDIN"
-        with conn.cursor().copy(copy_sql) as copy:
-            for episode_id in episode_ids:
-                copy.write_row((result.manifest_id, episode_id))
 
 
 @dataclass(frozen=True)
@@ -386,7 +371,16 @@ def rebuild_manifest(
     spec = parse_spec(meta.sample_spec)
     work_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=work_dir, prefix=".rebuild-") as folder:
-        info, _, _ = build_at(checked, spec, meta.snapshot_id, source, limits, Path(folder), scope)
+        info, _, _ = build_at(
+            checked,
+            spec,
+            meta.snapshot_id,
+            source,
+            limits,
+            Path(folder),
+            scope,
+            format_version=meta.format_version,
+        )
     return RebuildResult(
         manifest_id,
         info.manifest_id,

@@ -40,6 +40,42 @@ class BadRequestError(CurationError):
     status = 400
 
 
+class EmptyCurationError(CurationError):
+    """A curation that would build a manifest without a sample (no rows, or no slice long
+    enough for one) and did not say ``allow_empty``."""
+
+    title = "Empty curation"
+    status = 422
+
+    @classmethod
+    def at(cls, snapshot: int, matched: int | None, anchor_step_ns: int) -> EmptyCurationError:
+        """The refusal of a curation that matched ``matched`` slices (``None``: unknown) at
+        warehouse snapshot ``snapshot``, none long enough for a sample (one every
+        ``anchor_step_ns`` integer nanoseconds)."""
+        if matched is None:
+            found = f"the curation's manifest at warehouse snapshot {snapshot} holds no sample"
+        elif matched == 0:
+            found = f"the curation matched nothing at warehouse snapshot {snapshot}"
+        else:
+            found = (
+                f"the curation matched {matched} slices at warehouse snapshot {snapshot}, "
+                f"none long enough for a sample (one every {anchor_step_ns / 1e6:g} ms)"
+            )
+        return cls(
+            f"{found}; nothing to build (to register an empty manifest anyway, send "
+            "allow_empty: true, or quarry curate --allow-empty)",
+            reason="empty",
+            snapshot_id=snapshot,
+            **({} if matched is None else {"matched_slices": matched}),
+        )
+
+
+class AmbiguousManifestError(BadRequestError):
+    """A manifest ID prefix that more than one registered manifest starts with."""
+
+    title = "Ambiguous manifest ID"
+
+
 class WarehouseLagError(CurationError):
     """The warehouse's data is further behind the source than the curation bound allows."""
 

@@ -8,6 +8,10 @@ they are written and published by rename only when they hash to the ID) and writ
 verification stamp; the other local ranks wait for the stamped copy. A copy already in the folder
 is reused; it is hashed again when its stamp does not match the file (or always, with
 ``reverify``). A ``path`` in the source is used as it is, with no service.
+
+The service records every download as a pull (so that it never garbage-collects a manifest a
+trainer uses); the request names the node (``User-Agent``) and, when given, the training run
+(``X-Quarry-Run``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import io
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,15 +40,19 @@ _POLL_S = 0.05
 _LOCK_SUFFIX = ".lock"
 _STAMP_SUFFIX = ".verified.json"
 _MAX_BACKOFF_S = 30.0
+RUN_HEADER = "X-Quarry-Run"
 
 
-def deliver_manifest(source: ManifestConfig, folder: Path, *, leader: bool = True) -> Path:
+def deliver_manifest(
+    source: ManifestConfig, folder: Path, *, leader: bool = True, run: str | None = None
+) -> Path:
     """The local manifest file this process memory-maps, fetched or waited for as needed.
 
     :param source: the manifest's ID and service, or a local ``path``.
     :param folder: the node's manifest folder (one per node; every process on it shares it).
     :param leader: this process may download (local rank 0, or a command run alone); the
         others wait up to ``source.wait_s`` seconds for the leader's verified copy.
+    :param run: the training run the manifest is for, recorded by the service with the pull.
     :raises ManifestDeliveryError: no source is configured, the download fails, the bytes do
         not hash to the ID, or the leader did not publish the copy within ``wait_s``.
     """
@@ -54,7 +63,7 @@ def deliver_manifest(source: ManifestConfig, folder: Path, *, leader: bool = Tru
     manifest_id = _manifest_id(source)
     store = ManifestStore(folder)
     if leader:
-        return _ensure_local_copy(source, store, manifest_id)
+        return _ensure_local_copy(source, store, manifest_id, run)
     return _wait_for_copy(store, manifest_id, source.wait_s)
 
 
@@ -70,7 +79,9 @@ def _manifest_id(source: ManifestConfig) -> str:
     return source.id
 
 
-def _ensure_local_copy(source: ManifestConfig, store: ManifestStore, manifest_id: str) -> Path:
+def _ensure_local_copy(
+    source: ManifestConfig, store: ManifestStore, manifest_id: str, run: str | None
+) -> Path:
     """Under the node's lock: reuse a verified copy, or download and publish one."""
     store.root.mkdir(parents=True, exist_ok=True)
     path = store.path(manifest_id)
@@ -79,7 +90,7 @@ def _ensure_local_copy(source: ManifestConfig, store: ManifestStore, manifest_id
         with lock:
             if path.is_file() and _copy_is_good(path, source.reverify):
                 return path
-            _download_manifest(source, store, manifest_id)
+            _download_manifest(source, store, manifest_id, run)
             _write_stamp(path)
     except Timeout as exc:
         raise ManifestDeliveryError(
@@ -145,7 +156,9 @@ def stamp_matches(path: Path) -> bool:
         return False
 
 
-def _download_manifest(source: ManifestConfig, store: ManifestStore, manifest_id: str) -> None:
+def _download_manifest(
+    source: ManifestConfig, store: ManifestStore, manifest_id: str, run: str | None
+) -> None:
     """Download the manifest into ``store``, retrying retryable failures with backoff."""
     if source.service_url is None or source.token_file is None:
         raise ManifestDeliveryError(
@@ -153,11 +166,16 @@ def _download_manifest(source: ManifestConfig, store: ManifestStore, manifest_id
             "(manifest.service_url, manifest.token_file)",
             key=manifest_id,
         )
-    token = _read_token(source.token_file)
+    headers = {
+        "Authorization": f"Bearer {_read_token(source.token_file)}",
+        "User-Agent": f"quarry-loader (node {socket.gethostname()})",
+    }
+    if run:
+        headers[RUN_HEADER] = run
     url = f"{source.service_url.rstrip('/')}/v1/manifests/{manifest_id}/arrow"
     for attempt in range(1, source.attempts + 1):
         try:
-            _download_once(url, token, source.http_timeout_s, store, manifest_id)
+            _download_once(url, headers, source.http_timeout_s, store, manifest_id)
             return
         except ManifestDeliveryError as exc:
             if not exc.retryable or attempt == source.attempts:
@@ -177,9 +195,8 @@ def _read_token(token_file: Path) -> str:
 
 
 def _download_once(
-    url: str, token: str, timeout_s: float, store: ManifestStore, manifest_id: str
+    url: str, headers: dict[str, str], timeout_s: float, store: ManifestStore, manifest_id: str
 ) -> None:
-    headers = {"Authorization": f"Bearer {token}"}
     try:
         with httpx.stream("GET", url, headers=headers, timeout=timeout_s) as response:
             _check_response(response, url, manifest_id)

@@ -17,16 +17,25 @@ from .errors import (
     ManifestSchemaError,
 )
 from .index import SampleIndex
-from .manifest import Manifest, ManifestRow, is_manifest_id, open_manifest
+from .manifest import (
+    MIN_ID_PREFIX,
+    Manifest,
+    ManifestRow,
+    is_manifest_id,
+    manifest_ref,
+    open_manifest,
+)
 from .meta import ManifestMeta
-from .schema import FORMAT_VERSION, REQUIRED_FIELDS
+from .schema import FORMAT_VERSION, REQUIRED_FIELDS, SUPPORTED_VERSIONS
 from .stats import FieldStats
 from .store import ManifestStore
 
 __all__ = [
     "DEFAULT_BATCH_ROWS",
     "FORMAT_VERSION",
+    "MIN_ID_PREFIX",
     "REQUIRED_FIELDS",
+    "SUPPORTED_VERSIONS",
     "FieldStats",
     "Manifest",
     "ManifestCorruptError",
@@ -46,6 +55,7 @@ __all__ = [
     "build_manifest",
     "diff_manifests",
     "is_manifest_id",
+    "manifest_ref",
     "open_manifest",
     "prepare_table",
 ]

@@ -19,6 +19,7 @@ from ._publish import ID_SUFFIX, hash_file
 from .errors import (
     ManifestCorruptError,
     ManifestFormatError,
+    ManifestIdError,
     ManifestIndexError,
     ManifestIOError,
     ManifestNotFoundError,
@@ -38,6 +39,9 @@ from .schema import (
 from .stats import FieldStats
 
 _ID_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+MIN_ID_PREFIX = 8
+"""Fewest hex digits of an ID that name a manifest (a unique prefix, as ``git`` takes)."""
+_REF_PATTERN = re.compile(rf"^[0-9a-f]{{{MIN_ID_PREFIX},64}}$")
 _BATCH_CACHE = 8
 
 
@@ -133,8 +137,9 @@ class Manifest:
         return self.meta.snapshot_id
 
     @property
-    def cdc_position(self) -> str | None:
-        """The CDC position the warehouse had reached when the manifest was built."""
+    def cdc_position(self) -> dict[str, Any] | str | None:
+        """The CDC position the warehouse had reached when the manifest was built: a JSON
+        object (format version 2), or the string a version-1 manifest recorded."""
         return self.meta.cdc_position
 
     @property
@@ -246,3 +251,18 @@ def open_manifest(path: str | os.PathLike[str]) -> Manifest:
 def is_manifest_id(value: str) -> bool:
     """Whether ``value`` is a well-formed manifest ID (64 lowercase hex digits)."""
     return bool(_ID_PATTERN.match(value))
+
+
+def manifest_ref(text: str) -> str:
+    """``text`` as a manifest ID or ID prefix: its hex digits in lower case, at least
+    :data:`MIN_ID_PREFIX` and at most 64 of them (surrounding blanks ignored).
+
+    :raises ManifestIdError: ``text`` is anything else.
+    """
+    ref = text.strip().lower()
+    if not _REF_PATTERN.match(ref):
+        raise ManifestIdError(
+            f"{text[:80]!r} is not a manifest ID: give its 64 hex digits or a unique prefix "
+            f"of at least {MIN_ID_PREFIX}"
+        )
+    return ref

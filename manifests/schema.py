@@ -9,8 +9,11 @@ import pyarrow.compute as pc
 
 from .errors import ManifestSchemaError
 
-FORMAT_VERSION: Final = 1
-"""Version written under ``quarry.format_version``; readers refuse any other."""
+FORMAT_VERSION: Final = 2
+"""Version written under ``quarry.format_version`` (version 2: ``quarry.cdc_position`` is a
+JSON object; version 1 held that object's JSON text as a JSON string)."""
+SUPPORTED_VERSIONS: Final = (1, 2)
+"""Versions that open and rebuild byte-identical; readers refuse any other."""
 
 META_PREFIX: Final = "quarry."
 KEY_FORMAT_VERSION: Final = b"quarry.format_version"

@@ -1,7 +1,9 @@
 """The CLI's access to a running service: URL and admin token from the state folder.
 
-JSON calls go through :class:`ServiceClient`; a manifest comes onto the node through the
-loader's one delivery path (:func:`node_manifest`), into the state folder's manifest folder.
+JSON calls go through :class:`ServiceClient`; a manifest named by ID or unique ID prefix is
+resolved by :func:`resolve_manifest` and comes onto the node through the loader's one
+delivery path (:func:`node_manifest`), into the state folder's manifest folder. No such
+manifest is :class:`NotFoundError` (exit 4) in every command.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import httpx
 from loader.config import ManifestConfig
 from loader.delivery import deliver_manifest
 from loader.errors import ManifestDeliveryError
-from manifests import is_manifest_id
+from manifests import is_manifest_id, manifest_ref
+from manifests.errors import ManifestIdError
 from quarry.errors import (
     AuthError,
     BadInputError,
@@ -56,8 +59,14 @@ class ServiceClient:
     def get_json(self, path: str, **params: Any) -> Any:
         return _checked(self._http.get(path, params=params)).json()
 
+    def get_text(self, path: str, accept: str) -> str:
+        return _checked(self._http.get(path, headers={"Accept": accept})).text
+
     def post_json(self, path: str, body: dict[str, Any]) -> Any:
         return _checked(self._http.post(path, json=body)).json()
+
+    def patch_json(self, path: str, body: dict[str, Any]) -> Any:
+        return _checked(self._http.patch(path, json=body)).json()
 
     def delete_json(self, path: str) -> Any:
         return _checked(self._http.delete(path)).json()
@@ -65,6 +74,47 @@ class ServiceClient:
     def post(self, path: str, body: dict[str, Any], accept: str) -> httpx.Response:
         """POST ``body`` as JSON asking for ``accept``; the checked response (bytes read)."""
         return _checked(self._http.post(path, json=body, headers={"Accept": accept}))
+
+
+def manifest_key(text: str) -> str:
+    """``text`` checked to be a manifest ID or an ID prefix of at least 8 hex digits (lower
+    case), as the service takes it in a URL.
+
+    :raises BadInputError: it is neither (exit 2).
+    """
+    try:
+        return manifest_ref(text)
+    except ManifestIdError as error:
+        raise BadInputError(error.message) from None
+
+
+def resolve_manifest(settings: Settings, text: str) -> str:
+    """The full ID of the manifest ``text`` names: an ID as it is; a unique prefix of at
+    least 8 hex digits as the service resolves it, or, when the stack is down, among this
+    state folder's manifest files.
+
+    :raises BadInputError: not an ID or prefix, or a prefix several manifests share (exit 2).
+    :raises NotFoundError: no manifest has it (exit 4).
+    """
+    key = manifest_key(text)
+    if is_manifest_id(key):
+        return key
+    if settings.paths.service_url.exists():
+        detail = ServiceClient.for_state(settings).get_json(f"/v1/manifests/{key}")
+        return str(detail["id"])
+    found = sorted(p.name[:64] for p in settings.paths.manifests.glob(f"{key}*.arrow"))
+    found = [name for name in found if is_manifest_id(name)]
+    if not found:
+        raise NotFoundError(
+            f"no manifest {key!r} in {settings.paths.manifests} (the stack is down, so only "
+            "this state folder's manifest files were searched)",
+            manifest_id=key,
+        )
+    if len(found) > 1:
+        raise BadInputError(
+            f"manifest ID prefix {key!r} is ambiguous: {', '.join(found)}; give more of its digits"
+        )
+    return found[0]
 
 
 def manifest_source(settings: Settings, manifest_id: str) -> ManifestConfig:

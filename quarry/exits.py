@@ -48,7 +48,7 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
     ("1", "the command ran and failed (the line says what failed)"),
     ("2", "bad input or settings: fix what the line names"),
     ("3", "unreachable service, Postgres or warehouse: see `quarry status`, retry"),
-    ("4", "no such manifest, episode, label, token or file"),
+    ("4", "no such manifest (in every command that takes one), episode, label, token or file"),
     ("5", "the service refused the token (missing, revoked, lacks the scope)"),
     ("64-74", "`quarry train`: the job's exit code (trainer.errors.ExitCode)"),
     ("70", "unexpected error (a bug): the line names the log with its traceback"),

@@ -15,7 +15,12 @@ from starlette.exceptions import HTTPException
 
 from curation.errors import CurationError
 from episodes.errors import EpisodeError
-from manifests.errors import ManifestError, ManifestNotFoundError, ManifestSchemaError
+from manifests.errors import (
+    ManifestError,
+    ManifestIdError,
+    ManifestNotFoundError,
+    ManifestSchemaError,
+)
 from service.api.middleware import BodyLimitMiddleware
 from service.api.problems import PROBLEM_JSON, document_problems
 from service.api.routes import (
@@ -52,6 +57,7 @@ _ERROR_STATUS: list[tuple[type[Exception], int, str]] = [
     (WarehouseUnavailableError, 503, "Warehouse unavailable"),
     (WarehouseError, 500, "Warehouse error"),
     (ManifestNotFoundError, 404, "Manifest not found"),
+    (ManifestIdError, 400, "Bad manifest ID"),
     (ManifestSchemaError, 422, "Result does not fit a manifest"),
     (ManifestError, 500, "Manifest error"),
     (EpisodeError, 422, "Bad episode"),
@@ -126,7 +132,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 def problem_body(
     request: Request, status: int, title: str, detail: str, **extra: Any
 ) -> dict[str, Any]:
-    """An RFC 9457 problem document; ``extra`` adds scalar members (reason, manifest_id...)."""
+    """An RFC 9457 problem document; ``extra`` adds scalar members (reason, manifest_id...)
+    and lists of scalars (an ambiguous ID's candidates)."""
     body: dict[str, Any] = {
         "type": "about:blank",
         "title": title,
@@ -134,14 +141,15 @@ def problem_body(
         "detail": detail,
         "instance": request.url.path,
     }
-    body.update(
-        {
-            k: v
-            for k, v in extra.items()
-            if k not in body and isinstance(v, str | int | float | bool)
-        }
-    )
+    body.update({k: v for k, v in extra.items() if k not in body and _member(v)})
     return body
+
+
+def _member(value: Any) -> bool:
+    scalar = (str, int, float, bool)
+    if isinstance(value, list | tuple):
+        return all(isinstance(item, scalar) for item in value)
+    return isinstance(value, scalar)
 
 
 def _respond(body: dict[str, Any], headers: Mapping[str, str] | None = None) -> JSONResponse:

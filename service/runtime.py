@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 from curation.build import (
     CurationLimits,
     CurationRequest,
-    CurationResult,
     RebuildResult,
     rebuild_manifest,
     run_curation,
@@ -28,6 +27,7 @@ from curation.cancel import CancelScope
 from curation.freshness import LagBound
 from curation.jobs import Connect, JobRunner
 from curation.preview import Preview, preview_curation
+from curation.registration import CurationResult
 from manifests.meta import ManifestMeta
 from service.settings import ServiceSettings
 from warehouse.base import Warehouse

@@ -59,7 +59,7 @@ def run_worker(config: TrainerConfig, world: World, started_wall: float) -> dict
     records = RunRecords(config.runs_dir / config.run_name, world.rank, world.restart_count)
     report = PreflightReport()
     manifest_path = deliver_manifest(
-        config.manifest, config.manifests_dir, leader=world.is_node_leader
+        config.manifest, config.manifests_dir, leader=world.is_node_leader, run=config.run_name
     )
     if config.preflight.enabled:
         report.run("manifest", lambda: check_manifest(manifest_path, world), world.rank)

@@ -12,6 +12,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import pyarrow as pa
 
@@ -49,19 +50,22 @@ class Position:
     tx_id: int | None = None
     commit_ts_ms: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """The position as a JSON object (what a manifest of format version 2 records)."""
+        return {
+            "lsn": self.lsn,
+            "commit_lsn": self.commit_lsn,
+            "tx_id": self.tx_id,
+            "commit_ts_ms": self.commit_ts_ms,
+            "snapshot_lsn": self.snapshot_lsn,
+            "slot": self.slot,
+            "lsn_text": format_lsn(self.lsn),
+        }
+
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "lsn": self.lsn,
-                "commit_lsn": self.commit_lsn,
-                "tx_id": self.tx_id,
-                "commit_ts_ms": self.commit_ts_ms,
-                "snapshot_lsn": self.snapshot_lsn,
-                "slot": self.slot,
-                "lsn_text": format_lsn(self.lsn),
-            },
-            sort_keys=True,
-        )
+        """:meth:`to_dict` as JSON text, keys sorted (the warehouse's and a version-1
+        manifest's form; its bytes must not change)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Position:

@@ -25,7 +25,7 @@ from loader.metrics import CacheStatus
 from loader.warm import manifest_refs, warm_cache
 from manifests.errors import ManifestError
 from manifests.manifest import open_manifest
-from quarry.client import node_manifest
+from quarry.client import node_manifest, resolve_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.errors import QuarryError
 from quarry.progress import Progress
@@ -91,7 +91,12 @@ def cache() -> None:
 @cache.command()
 @STATE_DIR
 @JSON
-@click.option("--manifest", "manifest_id", required=True, help="Manifest ID to warm from.")
+@click.option(
+    "--manifest",
+    "manifest_id",
+    required=True,
+    help="Manifest ID (or a unique prefix of 8+ hex digits) to warm from.",
+)
 @click.option("--capacity", type=BYTES, default=None, help="Cache capacity (default: as recorded).")
 @click.option("--threads", type=click.IntRange(1, 256), default=8, help="Parallel downloads.")
 @click.option(
@@ -109,6 +114,7 @@ def warm(
 ) -> None:
     """Download a manifest's containers into the cache; run again to resume."""
     settings = build_settings(state_dir)
+    manifest_id = resolve_manifest(settings, manifest_id)
     manifest_path = node_manifest(settings, manifest_id)
     with _cache_errors():
         node_cache = open_cache(settings, capacity)

@@ -1,4 +1,5 @@
-"""``quarry curate`` and ``quarry manifests list | show | diff``: through the running service."""
+"""``quarry curate``: a curation (SQL or filters) into a named, tagged manifest, through the
+running service (the ``quarry manifests`` group is :mod:`quarry.commands.manifests`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from typing import Any
 
 import click
 
-from manifests.diff import diff_manifests
-from manifests.manifest import open_manifest
-from quarry.client import ServiceClient, node_manifest
+from quarry.client import ServiceClient
 from quarry.commands._common import JSON, PARAMS, STATE_DIR, build_settings, emit
+from quarry.commands.manifests import manifests
 
 
 @click.command()
@@ -41,6 +41,14 @@ from quarry.commands._common import JSON, PARAMS, STATE_DIR, build_settings, emi
     help="Sample spec as JSON, e.g. '{\"action_horizon\": 16}'.",
 )
 @click.option("--preview", is_flag=True, help="Counts, hours and samples only; build nothing.")
+@click.option("--name", default=None, help="The manifest's name (kept in the registry).")
+@click.option("--tag", "tags", multiple=True, help="A tag for the manifest (repeatable).")
+@click.option("--description", default=None, help="What the manifest is for.")
+@click.option(
+    "--allow-empty",
+    is_flag=True,
+    help="Register a manifest without a sample instead of refusing the curation.",
+)
 def curate(
     state_dir: Path | None,
     as_json: bool,
@@ -51,8 +59,16 @@ def curate(
     filters_file: Path | None,
     spec_json: str | None,
     preview: bool,
+    name: str | None,
+    tags: tuple[str, ...],
+    description: str | None,
+    allow_empty: bool,
 ) -> None:
-    """Build a manifest from a curation (SQL or filters); print its ID, rows and samples."""
+    """Build a manifest from a curation (SQL or filters); print its ID, rows and samples.
+
+    A curation that matches nothing (or no slice long enough for a sample) is refused,
+    naming the warehouse snapshot it read, unless --allow-empty.
+    """
     body = _curation_body(sql, sql_file, filters_json, filters_file)
     if params:
         if "sql" not in body:
@@ -65,14 +81,23 @@ def curate(
         seen = client.post_json("/v1/curations/preview", body)
         emit(seen, as_json, _describe_preview(seen))
         return
+    annotation = {"name": name, "tags": list(tags), "description": description}
+    body |= {k: v for k, v in annotation.items() if v}
+    if allow_empty:
+        body["allow_empty"] = True
     result = client.post_json("/v1/curations", body)
+    emit(result, as_json, _describe_result(result))
+
+
+def _describe_result(result: dict[str, Any]) -> str:
     reused = " (reused)" if result["reused"] else ""
-    emit(
-        result,
-        as_json,
-        f"manifest {result['manifest_id']}{reused}\n"
-        f"rows     {result['rows']}\nsamples  {result['samples']}",
-    )
+    lines = [f"manifest {result['manifest_id']}{reused}"]
+    if result["name"]:
+        lines.append(f"name     {result['name']}")
+    if result["tags"]:
+        lines.append(f"tags     {', '.join(result['tags'])}")
+    lines += [f"rows     {result['rows']}", f"samples  {result['samples']}"]
+    return "\n".join(lines)
 
 
 def _curation_body(
@@ -104,109 +129,6 @@ def _describe_preview(seen: dict[str, Any]) -> str:
         )
     t = seen["totals"]
     lines.append(f"{'total':<33} {t['episodes']:>8} {t['hours']:>8.3f} {t['samples']:>10}")
-    return "\n".join(lines)
-
-
-@click.group()
-def manifests() -> None:
-    """Inspect the manifest registry."""
-
-
-@manifests.command("list")
-@STATE_DIR
-@JSON
-@click.option("--limit", type=click.IntRange(1, 1000), default=50)
-def list_(state_dir: Path | None, as_json: bool, limit: int) -> None:
-    """Registered manifests, newest first."""
-    page = ServiceClient.for_state(build_settings(state_dir)).get_json("/v1/manifests", limit=limit)
-    lines = [
-        f"{m['id'][:16]}  {m['rows']:>8} rows  {m['samples']:>10} samples  "
-        f"{m['created_at']}  {m['author']}"
-        for m in page["items"]
-    ]
-    emit(page, as_json, "\n".join(lines) or "no manifests")
-
-
-@manifests.command()
-@STATE_DIR
-@JSON
-@click.argument("manifest_id")
-def show(state_dir: Path | None, as_json: bool, manifest_id: str) -> None:
-    """One manifest's registry entry and recorded metadata."""
-    detail = ServiceClient.for_state(build_settings(state_dir)).get_json(
-        f"/v1/manifests/{manifest_id}"
-    )
-    emit(detail, as_json, json.dumps(detail, indent=2, default=str))
-
-
-@manifests.command()
-@STATE_DIR
-@JSON
-@click.argument("a")
-@click.argument("b")
-def diff(state_dir: Path | None, as_json: bool, a: str, b: str) -> None:
-    """What changed from manifest A to manifest B: episodes and metadata."""
-    settings = build_settings(state_dir)
-    paths = [node_manifest(settings, manifest_id) for manifest_id in (a, b)]
-    result = diff_manifests(open_manifest(paths[0]), open_manifest(paths[1]))
-    payload = result.to_dict()
-    emit(payload, as_json, _describe_diff(payload))
-
-
-@manifests.command()
-@STATE_DIR
-@JSON
-@click.argument("manifest_id")
-def rebuild(state_dir: Path | None, as_json: bool, manifest_id: str) -> None:
-    """Rebuild a manifest at its pinned snapshot; say whether the bytes are identical."""
-    client = ServiceClient.for_state(build_settings(state_dir))
-    result = client.post_json(f"/v1/manifests/{manifest_id}/rebuild", {})
-    verdict = "identical" if result["identical"] else f"DIFFERENT: {result['rebuilt_id']}"
-    emit(result, as_json, f"rebuilt {manifest_id} at snapshot {result['snapshot_id']}: {verdict}")
-
-
-@manifests.command()
-@STATE_DIR
-@JSON
-@click.argument("manifest_id")
-@click.option(
-    "--pipeline-below",
-    type=click.IntRange(min=0),
-    default=None,
-    help="Only episodes stamped with a pipeline version below this (stale ones).",
-)
-@click.option("--limit", type=click.IntRange(1, 10_000), default=1000)
-def episodes(
-    state_dir: Path | None,
-    as_json: bool,
-    manifest_id: str,
-    pipeline_below: int | None,
-    limit: int,
-) -> None:
-    """The episodes a manifest holds (or its stale ones), with stamps and status."""
-    params: dict[str, Any] = {"limit": limit}
-    if pipeline_below is not None:
-        params["pipeline_version_below"] = pipeline_below
-    page = ServiceClient.for_state(build_settings(state_dir)).get_json(
-        f"/v1/manifests/{manifest_id}/episodes", **params
-    )
-    lines = [
-        f"{e['episode_id']}  pipeline {e['pipeline_version']}  {e['status']}" for e in page["items"]
-    ]
-    emit(page, as_json, "\n".join(lines) or "no episodes")
-
-
-def _describe_diff(diff: dict[str, Any]) -> str:
-    lines = [
-        f"rows     {diff['rows']['a']} -> {diff['rows']['b']}",
-        f"samples  {diff['samples']['a']} -> {diff['samples']['b']}",
-        f"episodes +{len(diff['added'])} -{len(diff['removed'])} "
-        f"~{len(diff['changed'])} ={diff['unchanged']}",
-    ]
-    lines += [
-        f"metadata {key}: {change['a']!r} -> {change['b']!r}"
-        for key, change in diff["metadata"].items()
-    ]
     return "\n".join(lines)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from quarry.client import manifest_source, node_manifest
+from quarry.client import manifest_source, node_manifest, resolve_manifest
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.settings import Settings
 from trainer.config import TrainerConfig, load_config
@@ -59,7 +59,12 @@ def failure_text(record: dict[str, Any]) -> str:
 @click.command()
 @STATE_DIR
 @JSON
-@click.option("--manifest", "manifest_id", required=True, help="Manifest ID to train on.")
+@click.option(
+    "--manifest",
+    "manifest_id",
+    required=True,
+    help="Manifest ID (or a unique prefix of 8+ hex digits) to train on.",
+)
 @click.option("--steps", type=click.IntRange(0), default=None, help="Optimizer steps.")
 @click.option("--nnodes", default=None, help="Nodes, or an elastic range MIN:MAX.")
 @click.option(
@@ -110,6 +115,7 @@ def train(
         "run_name": run_name,
     }
     settings = build_settings(state_dir)
+    manifest_id = resolve_manifest(settings, manifest_id)
     # The manifest onto the node first (the trainer's ranks then find it there, verified): an
     # unknown ID is a clear error here, not a torchrun restart loop.
     node_manifest(settings, manifest_id)

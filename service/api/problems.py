@@ -17,7 +17,8 @@ PROBLEM_JSON = "application/problem+json"
 _REF = "#/components/schemas/"
 
 _DESCRIPTIONS = {
-    400: "The request was refused; `reason` says why",
+    400: "The request was refused; `reason` says why (e.g. `ambiguous_manifest_id`, with "
+    "`candidates`)",
     401: "No valid bearer token (see `WWW-Authenticate`)",
     403: "The token lacks the scope this route needs",
     404: "No such object",

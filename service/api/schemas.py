@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -36,6 +36,23 @@ def check_params(sql: str | None, params: dict[str, ParamValue] | None) -> None:
 
 MAX_LABELS = 1000
 NO_NUL = r"^[^\x00]*$"  # Postgres text cannot hold NUL
+ONE_LINE = r"^[^\x00-\x1f\x7f]*$"  # no control characters (a name is one line)
+MAX_TAGS = 32
+
+Tag = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/=+-]*$",
+        examples=["baseline"],
+        description="letters, digits and . _ : / = + -, starting with a letter or digit",
+    ),
+]
+ManifestName = Annotated[
+    str, Field(max_length=200, pattern=ONE_LINE, examples=["pick-cube successes, March"])
+]
+Description = Annotated[str, Field(max_length=10_000, pattern=NO_NUL)]
 
 
 class CurationCreate(BaseModel):
@@ -56,6 +73,13 @@ class CurationCreate(BaseModel):
         default=None, description="SampleSpec fields; omitted ones take their defaults"
     )
     mode: Literal["sync", "async"] = "sync"
+    name: ManifestName = Field(default="", description="the manifest's name, in the registry")
+    tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    description: Description = ""
+    allow_empty: bool = Field(
+        default=False,
+        description="register a manifest without a sample instead of refusing (422)",
+    )
 
     @model_validator(mode="after")
     def _one_query(self) -> CurationCreate:
@@ -121,6 +145,9 @@ class CurationPublic(BaseModel):
     size_bytes: int
     snapshot_id: int
     reused: bool
+    name: str = Field(description="as the registry holds it (a reused manifest keeps its own)")
+    tags: list[str]
+    description: str
     manifest_url: str
     arrow_url: str
     warehouse_lag_s: float | None = Field(
@@ -141,16 +168,69 @@ class ManifestPublic(BaseModel):
     samples: int
     size_bytes: int
     snapshot_id: int
-    cdc_position: str
+    cdc_position: dict[str, Any] | None = Field(
+        description="the CDC position the warehouse had reached (lsn, commit_lsn, slot, ...)"
+    )
     sql: str
     sample_spec: dict[str, Any]
     author: str
     created_at: datetime
+    name: str
+    tags: list[str]
+    description: str
+    retired_at: datetime | None = Field(description="when it was retired; null while in use")
+
+
+class PullSummary(BaseModel):
+    count: int = Field(description="downloads of the manifest file")
+    last_at: datetime | None
+    last_principal: str | None = Field(description="the token that pulled it last")
+    last_run: str | None = Field(description="the training run that pulled it last, if named")
 
 
 class ManifestDetail(ManifestPublic):
     norm_stats: dict[str, Any]
     format_version: int
+    pulls: PullSummary
+
+
+class ManifestUpdate(BaseModel):
+    """An edit of a manifest's registry entry (its file never changes); omitted fields stay
+    as they are."""
+
+    name: ManifestName | None = None
+    description: Description | None = None
+    add_tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    remove_tags: list[Tag] = Field(default_factory=list, max_length=MAX_TAGS)
+    retired: bool | None = Field(
+        default=None,
+        description="true: retire (its file may be garbage-collected unless pulled, tagged "
+        "or named); false: bring back",
+    )
+
+
+class GcCreate(BaseModel):
+    dry_run: bool = Field(default=False, description="list what would be deleted; delete nothing")
+
+
+class GcFile(BaseModel):
+    manifest_id: str | None = Field(description="null for a partial write")
+    path: str
+    size_bytes: int
+    reason: Literal["unregistered", "retired", "partial"]
+
+
+class GcKept(BaseModel):
+    manifest_id: str
+    reason: Literal["pulled", "tagged", "named"]
+    detail: str
+
+
+class GcPublic(BaseModel):
+    dry_run: bool
+    deleted: list[GcFile] = Field(description="deleted, or with dry_run what would be")
+    kept: list[GcKept] = Field(description="retired manifests kept, and why")
+    freed_bytes: int
 
 
 class ManifestPage(BaseModel):

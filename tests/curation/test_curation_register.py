@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from curation.build import CurationResult, _register
+from curation.registration import CurationResult, ManifestAnnotation, register_manifest
 from manifests.meta import ManifestMeta
 
 MANIFEST_ID = "ab" * 32
@@ -18,7 +18,7 @@ MANIFEST_ID = "ab" * 32
 def registered(conn: psycopg.Connection[Any], ids: list[str]) -> None:
     result = CurationResult(MANIFEST_ID, len(ids), 3 * len(ids), 100, 7, False, Path("/m.arrow"))
     meta = ManifestMeta(sql="SELECT id FROM episodes", sample_spec={}, snapshot_id=7)
-    _register(conn, result, meta, "key", "tester", ids)
+    register_manifest(conn, result, meta, "key", "tester", ManifestAnnotation(), ids)
 
 
 def lineage(conn: psycopg.Connection[Any], manifest_id: str = MANIFEST_ID) -> list[str]:

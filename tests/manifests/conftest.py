@@ -60,7 +60,7 @@ def meta() -> ManifestMeta:
         sql="SELECT * FROM episodes",
         sample_spec={"control_hz": 50.0, "anchor_stride": 5},
         snapshot_id=7,
-        cdc_position="0/16B3748",
+        cdc_position={"lsn": 23803720, "lsn_text": "0/16B3748", "slot": "quarry_cdc"},
         norm_stats={
             "state": {"count": 4, "sum": [4.0, 8.0], "sum_sq": [8.0, 20.0]},
             "action": {"count": 2, "sum": [1.0], "sum_sq": [1.0], "min": [0.0], "max": [1.0]},

@@ -33,7 +33,7 @@ def test_metadata_accessors(make_table, meta: ManifestMeta, out_dir: Path) -> No
     assert manifest.sql == "SELECT * FROM episodes"
     assert manifest.sample_spec == {"anchor_stride": 5, "control_hz": 50.0}
     assert manifest.snapshot_id == 7
-    assert manifest.cdc_position == "0/16B3748"
+    assert manifest.cdc_position == {"lsn": 23803720, "lsn_text": "0/16B3748", "slot": "quarry_cdc"}
     assert manifest.norm_stats == meta.norm_stats
     assert manifest.extra_columns == ["task", "success"]
     state = manifest.field_stats("state")

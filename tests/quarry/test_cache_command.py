@@ -94,7 +94,8 @@ def test_bad_manifest_ids_fail_clearly(corpus: Stack) -> None:
     unknown = run_quarry(state, "cache", "warm", "--manifest", "0" * 64, check=False)
     assert unknown.returncode == 4 and "404" in unknown.stderr
     malformed = run_quarry(state, "cache", "warm", "--manifest", "../etc", check=False)
-    assert malformed.returncode == 1 and "not a manifest ID" in malformed.stderr
+    # a malformed ID is bad input (exit 2), as in every command that takes a manifest ID
+    assert malformed.returncode == 2 and "not a manifest ID" in malformed.stderr
     bad_size = run_quarry(state, "cache", "status", "--capacity", "lots", check=False)
     assert bad_size.returncode == 2 and "not a size" in bad_size.stderr
 

@@ -194,7 +194,8 @@ def test_debezium_feed_streams_then_stalls_with_its_last_error(fed: Fed) -> None
 
 def test_curation_lag_follows_the_events_commit_times(fed: Fed) -> None:
     post(fed, "r-old", age_s=2 * MAX_LAG_S)
-    sql = {"sql": "SELECT * FROM episodes"}
+    # Debezium feeds robots only here: the curation is empty, which is refused unless asked
+    sql = {"sql": "SELECT * FROM episodes", "allow_empty": True}
     refused = fed.api.post("/v1/curations", json=sql)
     assert refused.status_code == 409, refused.text
     problem = refused.json()

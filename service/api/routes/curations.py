@@ -49,12 +49,20 @@ async def create(
     async_: Annotated[bool, Query(alias="async", description="queue as a job (202)")] = False,
 ) -> Any:
     """Build a curation's manifest (an existing one when the same curation already ran over
-    the same data). With ``?async=true`` or ``"mode": "async"``: 202 and a job to poll.
-    The answer carries ``warehouse_lag_s``; past ``curation.max_lag_s`` the curation is
-    refused (409) or, with ``on_lag: warn``, built with ``lag_warning`` (and the
-    ``Quarry-Lag-Warning`` header)."""
+    the same data), registered with its name, tags and description. A curation that would
+    hold no sample is refused (422, naming the snapshot) unless ``allow_empty``. With
+    ``?async=true`` or ``"mode": "async"``: 202 and a job to poll. The answer carries
+    ``warehouse_lag_s``; past ``curation.max_lag_s`` the curation is refused (409) or, with
+    ``on_lag: warn``, built with ``lag_warning`` (and the ``Quarry-Lag-Warning`` header)."""
     curation = CurationRequest(
-        _sql(body.sql, body.filters), body.sample_spec, principal.name, body.params
+        _sql(body.sql, body.filters),
+        body.sample_spec,
+        principal.name,
+        body.params,
+        name=body.name,
+        tags=tuple(body.tags),
+        description=body.description,
+        allow_empty=body.allow_empty,
     )
     if async_ or body.mode == "async":
         await runtime.quick(check_request, curation)  # refuse bad SQL now, not in the job
