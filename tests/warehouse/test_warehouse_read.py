@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from tests.warehouse.conftest import batch, episode_row, event
-from warehouse.changes import Op
+from tests.warehouse.conftest import batch, episode_row, event, robot
+from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError
@@ -98,3 +98,27 @@ def test_reader_in_another_process_while_the_writer_is_open(
     )
     assert out.stdout.strip() == a["id"]
     warehouse.apply(batch(event(Op.UPDATE, "episodes", 200, after={**a, "steps": 2})))
+
+
+def test_a_reader_reads_on_after_a_mirrored_table_gains_a_column(
+    warehouse: DuckLakeWarehouse,
+) -> None:
+    """A long-lived reader (the service's) that read a table while its rows were inlined in
+    the catalog reads it on after the follower added a column (a source migration) and the
+    writer flushed the inlined rows: DuckLake drops the inlined-data table the reader's
+    catalog cache still names, and without a fresh start every later query failed
+    ("relation ducklake_inlined_data_... does not exist", then "current transaction is
+    aborted")."""
+    warehouse.apply(batch(event(Op.CREATE, "robots", 100, after=robot("r1"))))
+    sql = "SELECT id FROM robots ORDER BY id"
+    assert warehouse.query_arrow(sql).column(0).to_pylist() == ["r1"]
+    known = warehouse.describe_tables()["robots"]
+    columns = tuple(ColumnSpec(name, "text") for name, _ in known.columns)
+    grown = TableSpec("robots", (*columns, ColumnSpec("nickname", "text")), known.key)
+    assert warehouse.ensure_table(grown)
+    warehouse.apply(batch(event(Op.CREATE, "robots", 200, after=robot("r2"))))
+    warehouse.flush_inlined()
+    for _ in range(2):
+        assert warehouse.query_arrow(sql).column(0).to_pylist() == ["r1", "r2"]
+        pinned = warehouse.query_arrow(sql, snapshot_id=warehouse.current_snapshot())
+        assert pinned.column(0).to_pylist() == ["r1", "r2"]

@@ -7,6 +7,7 @@ DuckDB has no statement timeout: a timer thread interrupts the query's cursor in
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -22,6 +23,8 @@ from warehouse.ducklake.connection import attach_lake, is_transient, lock_down, 
 from warehouse.ducklake.pinning import prepare_query
 from warehouse.ducklake.statements import ident
 from warehouse.errors import QueryError, QueryTimeoutError, RowLimitError, WarehouseUnavailableError
+
+log = logging.getLogger(__name__)
 
 _BATCH_ROWS = 65_536
 #: Names a caller's Arrow table may take (see :meth:`LakeReader.query_arrow`).
@@ -114,6 +117,27 @@ class LakeReader:
         text = prepare_query(sql, snapshot_id, unpinned=frozenset(tables))
         limit_s = timeout_s if timeout_s is not None else self._config.query_timeout_s
         cap = max_rows if max_rows is not None else self._config.max_rows
+        try:
+            return self._run(text, sql, snapshot_id, tables, limit_s, cap, tag)
+        except QueryError as error:
+            if not _stale_catalog(error.__cause__):
+                raise
+            # The catalog changed under this reader's cache (see _stale_catalog): start a
+            # fresh reader and run the query once more.
+            log.info("warehouse reader: stale catalog (%s); reattaching", error.__cause__)
+            self._retire()
+            return self._run(text, sql, snapshot_id, tables, limit_s, cap, tag)
+
+    def _run(
+        self,
+        text: str,
+        sql: str,
+        snapshot_id: int | None,
+        tables: Mapping[str, pa.Table],
+        limit_s: float,
+        cap: int | None,
+        tag: str | None,
+    ) -> pa.Table:
         with self.cursor() as cur, self._tagged(tag, cur):
             for name, table in tables.items():
                 cur.register(name, table)  # a view of this cursor's own: gone when it closes
@@ -224,8 +248,30 @@ class LakeReader:
         if is_transient(error):
             self.close()
 
+    def _retire(self) -> None:
+        """Drop the reader's database without closing it: queries running on its cursors
+        finish; the next query attaches afresh."""
+        with self._lock:
+            self._db = None
+            self._names = None
+
     def close(self) -> None:
         with self._lock:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+
+
+def _stale_catalog(error: BaseException | None) -> bool:
+    """Whether ``error`` says the reader's cached view of the DuckLake catalog is out of date
+    rather than the query wrong: after a mirrored table gained a column and the writer
+    flushed its inlined rows, DuckLake 1.5.5's long-lived reader still names the dropped
+    inlined-data table ("relation ducklake_inlined_data_... does not exist"), and its catalog
+    transaction then stays aborted ("current transaction is aborted") for every later query.
+    A freshly attached reader reads the same snapshot correctly."""
+    if not isinstance(error, duckdb.Error):
+        return False
+    text = str(error).lower()
+    return ("ducklake_inlined_data" in text and "does not exist" in text) or (
+        "current transaction is aborted" in text
+    )
