@@ -28,6 +28,7 @@ from curation.compose import (
 from curation.freshness import LagBound, check_lag, warehouse_lag_s
 from curation.guard import CheckedQuery, CurationRefusedError, check_curation
 from curation.norm import norm_stats
+from curation.render import render
 from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
 from manifests.build import ManifestInfo, build_manifest
@@ -241,7 +242,7 @@ def run_query(
     tag = scope.watch(source.cancel) if scope is not None else None
     try:
         return source.query_arrow(
-            tree.sql(dialect=source.dialect, comments=False),
+            render(tree, source.dialect),
             snapshot_id=snapshot,
             timeout_s=limits.timeout_s,
             max_rows=INTERNAL_MAX_ROWS if internal else limits.max_rows,

@@ -18,6 +18,7 @@ from sqlglot.tokens import Tokenizer
 
 from curation.allowlist import ALLOWED_FUNCTIONS, ALLOWED_NODES, REFUSED_WHY
 from curation.errors import BadRequestError
+from curation.render import render
 
 MAX_SQL_BYTES = 64 * 1024
 MAX_NODES = 5_000
@@ -41,7 +42,7 @@ class CheckedQuery:
     tree: exp.Query
 
     def render(self, dialect: str = "duckdb") -> str:
-        return self.tree.sql(dialect=dialect, comments=False)
+        return render(self.tree, dialect)
 
     @property
     def relations(self) -> frozenset[str]:
