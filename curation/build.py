@@ -36,6 +36,7 @@ from curation.registration import (
     register_manifest,
     reuse_manifest,
 )
+from curation.render import render
 from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
 from manifests.build import ManifestInfo, build_manifest
@@ -272,7 +273,7 @@ def run_query(
     tag = scope.watch(source.cancel) if scope is not None else None
     try:
         return source.query_arrow(
-            tree.sql(dialect=source.dialect, comments=False),
+            render(tree, source.dialect),
             snapshot_id=snapshot,
             timeout_s=limits.timeout_s,
             max_rows=INTERNAL_MAX_ROWS if internal else limits.max_rows,

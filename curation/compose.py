@@ -24,6 +24,7 @@ from sqlglot import exp
 
 from curation.guard import CheckedQuery, CurationRefusedError
 from curation.projection import carrier, with_columns
+from curation.render import render
 
 #: Internal views (never in the curation allow-list), keyed by the raw episode UUID.
 OBJECTS_VIEW = "episode_objects"
@@ -66,7 +67,7 @@ class ComposedQuery:
     hidden: dict[str, str]
 
     def render(self, dialect: str = "duckdb") -> str:
-        return self.tree.sql(dialect=dialect, comments=False)
+        return render(self.tree, dialect)
 
 
 def probe_query(checked: CheckedQuery) -> exp.Select:

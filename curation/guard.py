@@ -28,6 +28,7 @@ from curation.params import (
     placeholder_name,
     placeholders,
 )
+from curation.render import render
 
 MAX_SQL_BYTES = 64 * 1024
 MAX_NODES = 5_000
@@ -51,7 +52,7 @@ class CheckedQuery:
     tree: exp.Query
 
     def render(self, dialect: str = "duckdb") -> str:
-        return self.tree.sql(dialect=dialect, comments=False)
+        return render(self.tree, dialect)
 
     @property
     def relations(self) -> frozenset[str]:

@@ -85,6 +85,7 @@ class TimedSource:
     def __init__(self, warehouse: Warehouse) -> None:
         self._warehouse = warehouse
         self.seconds: dict[str, float] = {}
+        self.sql: dict[str, str] = {}  # the last query of each kind
 
     @property
     def dialect(self) -> str:
@@ -116,6 +117,7 @@ class TimedSource:
 
     def query_arrow(self, sql: str, **options: Any) -> Any:
         started = time.perf_counter()
+        self.sql[_query_kind(sql)] = sql
         try:
             return self._warehouse.query_arrow(sql, **options)
         finally:
@@ -157,11 +159,11 @@ def profile_curation(
     manifest_dir: Path,
     anchor_stride: int,
     timeout_s: float,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One build through the service's own ``run_curation``, in this process, with the
-    seconds of each warehouse call; ``write_and_register`` is the rest (guard, sample
-    counts, manifest write, registration), of which ``register`` is the registration (the
-    manifest's row and its lineage)."""
+    seconds of each warehouse call, the manifest's path (``manifest``) and query (``sql``);
+    ``write_and_register`` is the rest (guard, sample counts, manifest write, registration),
+    of which ``register`` is the registration (the manifest's row and its lineage)."""
     source = TimedSource(warehouse)
     timed = TimedConnection(conn)
     request = CurationRequest(CURATION_SQL, replace(SPEC, anchor_stride=anchor_stride).to_dict())
@@ -175,4 +177,5 @@ def profile_curation(
     seconds = {k: round(v, 4) for k, v in sorted(source.seconds.items())}
     seconds["write_and_register"] = round(total - sum(source.seconds.values()), 4)
     seconds["register"] = round(timed.seconds, 4)
-    return {"total": round(total, 4), **seconds}
+    manifest_sql = source.sql.get("query_manifest")
+    return {"total": round(total, 4), **seconds, "manifest": str(result.path), "sql": manifest_sql}

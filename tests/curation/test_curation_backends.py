@@ -71,6 +71,9 @@ SQL_CURATIONS = [
     "WITH q AS (SELECT episode_id, count(*) AS flags FROM episode_quality_flags "
     "GROUP BY episode_id) SELECT e.id, q.flags FROM episodes AS e JOIN q ON q.episode_id = e.id "
     "ORDER BY q.flags DESC, e.id LIMIT 7",
+    # len() of a list is its size on both engines (sqlglot alone writes CHAR_LENGTH for it)
+    "SELECT id, robot_id, operator FROM episodes WHERE robot_id = 'r1' AND success "
+    "AND len(quality_flags) = 0 AND len(operator) = 3",
 ]
 FILTERS = [
     CurationFilters(robots=["r1", "r2"], success=True, exclude_flags=["gripper_stuck"]),

@@ -20,11 +20,29 @@ SELECT * EXCEPT (_rank) FROM (
     FROM ${mirror}.tasks WHERE _commit <= {snapshot:UInt64}
 ) WHERE _rank = 1 AND NOT _deleted;
 
+-- Episodes, the one table that grows to tens of millions of rows, pick their newest versions
+-- without a window over the whole table (which sorts every version of every column before a
+-- curation's filters: 8.8 s for 1M rows on a loaded 2-core machine, against 1.2 s this way):
+-- `k` is each key's newest (_lsn, _seq), `v` the versions, joined to it on key and version.
+-- A curation's filters on `v`'s columns are pushed into `v`'s scan, `v` is the join's build
+-- side, and the keys it passes filter `k`'s scan at run time, so a ~1% curation aggregates
+-- ~1% of the keys. Pushing a filter down is safe for every column, changing ones (success,
+-- status) too: a version passes only if it is its key's newest, so an older version that
+-- matches a filter its newest no longer matches finds no partner in `k`. MergeTree keeps
+-- every version (no engine merges any away); only maintenance deletes those no kept
+-- snapshot reads.
 CREATE OR REPLACE VIEW ${meta}.live_episodes AS
-SELECT * EXCEPT (_rank) FROM (
-    SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
-    FROM ${mirror}.episodes WHERE _commit <= {snapshot:UInt64}
-) WHERE _rank = 1 AND NOT _deleted;
+SELECT * FROM (
+    SELECT id, tupleElement(newest, 1) AS _lsn, tupleElement(newest, 2) AS _seq FROM (
+        SELECT id, max((_lsn, _seq)) AS newest
+        FROM ${mirror}.episodes WHERE _commit <= {snapshot:UInt64}
+        GROUP BY id
+    )
+) AS k
+INNER JOIN (
+    SELECT * FROM ${mirror}.episodes WHERE _commit <= {snapshot:UInt64}
+) AS v USING (id, _lsn, _seq)
+WHERE NOT v._deleted;
 
 CREATE OR REPLACE VIEW ${meta}.live_episode_quality_flags AS
 SELECT * EXCEPT (_rank) FROM (
