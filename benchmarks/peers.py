@@ -11,7 +11,13 @@ turns block by block in a rotating order, round by round (the first round warms 
 and is not measured), so load from other processes lands on every system alike. Prints one
 JSON line per rig; the ratios are what count on a shared machine.
 
-    python benchmarks/peers.py [--small] [--rig A|B|C ...] [--keyframe-s S]
+    python benchmarks/peers.py [--small] [--rig A|B|C ...] [--keyframe-s S] [--block B]
+                               [--frontier window,S2,...]
+
+``--keyframe-s`` sets Quarry's keyframe interval, ``--block`` Quarry's sampler order (the
+block order, which every system then reads), ``--frontier`` more Quarry containers with other
+keyframe intervals read side by side (their bytes and ratios in ``frontier``). See
+docs/benchmarks.md.
 
 The peer venv is built on first use (``benchmarks/peers_bench/setup.sh``, minutes; docs/peers.md).
 """
@@ -35,7 +41,7 @@ import pyarrow as pa
 # benchmarks/ holds loader.py, which would shadow the loader package: the helpers' folder
 # takes its place on the path.
 sys.path[0] = str(Path(__file__).resolve().parent / "peers_bench")
-from rigs import MODES, ORDERS, PEERS, RIGS, SMALL, SYSTEMS, Rig, dir_bytes  # noqa: E402
+from rigs import MODES, ORDERS, PEERS, RIGS, SMALL, Rig, dir_bytes  # noqa: E402
 
 from episodes._h264 import VideoConfig  # noqa: E402
 from episodes.episode import EpisodeData  # noqa: E402
@@ -95,53 +101,71 @@ def dump_steps(episode: EpisodeData, path: Path) -> int:
     return steps
 
 
-def prepare(rig: Rig, data: Path) -> dict[str, Any]:
-    """Write the rig's episodes in Quarry's format, dump them for the peers, build a manifest.
+def variants(rig: Rig, frontier: tuple[float | None, ...]) -> dict[str, float | None]:
+    """Quarry's systems: ``quarry`` (the rig's keyframe interval) and one per frontier point
+    (``None``: a keyframe only at each window's start, ``quarry_kfwindow``)."""
+    named = {f"quarry_kf{'window' if v is None else f'{v:g}'}": v for v in frontier}
+    return {"quarry": rig.keyframe_s, **named}
 
-    Returns the manifest's global sample offset and the step count of every episode."""
+
+def prepare(rig: Rig, data: Path, quarry: dict[str, float | None]) -> dict[str, Any]:
+    """Write the rig's episodes in Quarry's format (each of ``quarry``'s keyframe intervals,
+    ``DATA/<system>/episodes``, with a manifest), and dump them for the peers.
+
+    Returns each Quarry system's global sample offset of every episode, and every episode's
+    anchor and step counts."""
     spec = sample_spec(rig)
-    for folder in ("quarry", "source", "manifest"):
-        (data / folder).mkdir(parents=True)
+    (data / "source").mkdir(parents=True)
+    for name in quarry:
+        for folder in ("episodes", "manifest"):
+            (data / name / folder).mkdir(parents=True)
     (data / "rig.json").write_text(json.dumps(rig.to_dict()))
-    rows, steps, write_s = [], [], 0.0
+    rows: dict[str, list[dict[str, Any]]] = {name: [] for name in quarry}
+    steps, write_s = [], 0.0
     for index in range(rig.episodes):
         episode = make_episode(rig, index)
-        path = data / "quarry" / f"episode_{index:03d}.mcap"
-        start = time.perf_counter()
-        write_episode(episode, path, write_options(rig))
-        write_s += time.perf_counter() - start
         steps.append(dump_steps(episode, data / "source" / f"episode_{index:03d}.npz"))
-        rows.append(
-            {
-                "episode_id": episode.episode_id,
-                "uri": path.resolve().as_uri(),
-                "start_ns": episode.start_ns,
-                "end_ns": episode.end_ns,
-                "num_samples": spec.count_samples(episode.start_ns, episode.end_ns),
-                "size_bytes": path.stat().st_size,
-                "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
-            }
-        )
-        if rows[-1]["num_samples"] != -(-steps[-1] // rig.anchor_stride):
+        for name, keyframe_s in quarry.items():
+            path = data / name / "episodes" / f"episode_{index:03d}.mcap"
+            start = time.perf_counter()
+            write_episode(episode, path, write_options(replace(rig, keyframe_s=keyframe_s)))
+            write_s += time.perf_counter() - start if name == "quarry" else 0.0
+            rows[name].append(manifest_row(episode, path, spec))
+        if rows["quarry"][-1]["num_samples"] != -(-steps[-1] // rig.anchor_stride):
             raise SystemExit(f"episode {index}: anchors and steps disagree")
     meta = ManifestMeta(sql="SELECT * FROM episodes", sample_spec=spec.to_dict(), snapshot_id=1)
-    manifest = open_manifest(
-        build_manifest(pa.Table.from_pylist(rows), meta, data / "manifest").path
-    )
-    by_id = {
-        manifest.row(r).episode_id: manifest.row(r).sample_offset for r in range(len(manifest))
-    }
+    offsets = {}
+    for name, found in rows.items():
+        info = build_manifest(pa.Table.from_pylist(found), meta, data / name / "manifest")
+        manifest = open_manifest(info.path)
+        by_id = {
+            manifest.row(r).episode_id: manifest.row(r).sample_offset for r in range(len(manifest))
+        }
+        offsets[name] = [by_id[row["episode_id"]] for row in found]
     return {
-        "offsets": [by_id[row["episode_id"]] for row in rows],
-        "anchors": [row["num_samples"] for row in rows],
+        "offsets": offsets,
+        "anchors": [row["num_samples"] for row in rows["quarry"]],
         "steps": steps,
         "quarry_write_s": round(write_s, 2),
     }
 
 
+def manifest_row(episode: EpisodeData, path: Path, spec: SampleSpec) -> dict[str, Any]:
+    """The manifest row of one written container."""
+    return {
+        "episode_id": episode.episode_id,
+        "uri": path.resolve().as_uri(),
+        "start_ns": episode.start_ns,
+        "end_ns": episode.end_ns,
+        "num_samples": spec.count_samples(episode.start_ns, episode.end_ns),
+        "size_bytes": path.stat().st_size,
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+
+
 def orders(rig: Rig, layout: dict[str, Any]) -> dict[str, list[tuple[int, int]]]:
     """(episode, anchor) pairs of each order, as many as the rounds need (wrapping around)."""
-    offsets = np.array(layout["offsets"] + [sum(layout["anchors"])], dtype=np.int64)
+    offsets = np.array(layout["offsets"]["quarry"] + [sum(layout["anchors"])], dtype=np.int64)
     order = np.argsort(offsets[:-1])
     row_offsets = np.concatenate([offsets[:-1][order], offsets[-1:]])
     total = int(offsets[-1])
@@ -160,8 +184,8 @@ def orders(rig: Rig, layout: dict[str, Any]) -> dict[str, list[tuple[int, int]]]
 
 def keys(system: str, pairs: list[tuple[int, int]], layout: dict[str, Any], rig: Rig) -> list[int]:
     """Each system's own key of each (episode, anchor) pair."""
-    if system == "quarry":
-        return [layout["offsets"][e] + a for e, a in pairs]
+    if system.startswith("quarry"):
+        return [layout["offsets"][system][e] + a for e, a in pairs]
     if system == "mds_jpeg":
         starts = np.concatenate([[0], np.cumsum(layout["anchors"])])
         return [int(starts[e]) + a for e, a in pairs]
@@ -174,8 +198,8 @@ class Server:
 
     def __init__(self, system: str, data: Path, batch: int) -> None:
         self.batch = batch
-        if system == "quarry":
-            argv = [sys.executable, str(HERE / "serve_quarry.py"), str(data)]
+        if system.startswith("quarry"):
+            argv = [sys.executable, str(HERE / "serve_quarry.py"), str(data / system)]
         else:
             argv = [
                 str(HERE / "run.sh"),
@@ -212,10 +236,10 @@ class Server:
         self.process.wait(timeout=60)
 
 
-def measure(rig: Rig, data: Path, layout: dict[str, Any]) -> dict[str, Any]:
+def measure(rig: Rig, data: Path, layout: dict[str, Any], systems: list[str]) -> dict[str, Any]:
     """Every block of every round; the per-system, per-order, per-mode figures."""
     pairs = orders(rig, layout)
-    servers = {system: Server(system, data, rig.batch) for system in SYSTEMS}
+    servers = {system: Server(system, data, rig.batch) for system in systems}
     for server in servers.values():  # they start side by side; each says when it is ready
         server.answer()
     blocks: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
@@ -227,7 +251,7 @@ def measure(rig: Rig, data: Path, layout: dict[str, Any]) -> dict[str, Any]:
                     round_ * rig.samples_per_block : (round_ + 1) * rig.samples_per_block
                 ]
                 for mode in MODES:
-                    rotated = SYSTEMS[turn % len(SYSTEMS) :] + SYSTEMS[: turn % len(SYSTEMS)]
+                    rotated = systems[turn % len(systems) :] + systems[: turn % len(systems)]
                     turn += 1
                     for system in rotated:
                         answer = servers[system].request(mode, keys(system, part, layout, rig))
@@ -241,7 +265,7 @@ def measure(rig: Rig, data: Path, layout: dict[str, Any]) -> dict[str, Any]:
             order: {mode: summarize(blocks[(system, order, mode)]) for mode in MODES}
             for order in ORDERS
         }
-        for system in SYSTEMS
+        for system in systems
     }
 
 
@@ -257,12 +281,17 @@ def summarize(answers: list[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def ratios(results: dict[str, Any], sizes: dict[str, int]) -> dict[str, Any]:
+def ratios(
+    results: dict[str, Any], sizes: dict[str, int], quarry: str = "quarry"
+) -> dict[str, Any]:
+    """``vs_lerobot`` (against the faster LeRobot codec), ``vs_mds_jpeg`` (samples/s ratios per
+    order and mode) and ``bytes_vs_mds_jpeg`` of the Quarry system ``quarry``."""
+
     def ratio(peer: tuple[str, ...]) -> dict[str, dict[str, float]]:
         return {
             order: {
                 mode: round(
-                    results["quarry"][order][mode]["samples_per_s"]
+                    results[quarry][order][mode]["samples_per_s"]
                     / max(results[p][order][mode]["samples_per_s"] for p in peer),
                     2,
                 )
@@ -274,13 +303,16 @@ def ratios(results: dict[str, Any], sizes: dict[str, int]) -> dict[str, Any]:
     return {
         "vs_lerobot": ratio(("lerobot_av1", "lerobot_h264")),
         "vs_mds_jpeg": ratio(("mds_jpeg",)),
-        "bytes_vs_mds_jpeg": round(sizes["quarry"] / sizes["mds_jpeg"], 3),
+        "bytes_vs_mds_jpeg": round(sizes[quarry] / sizes["mds_jpeg"], 3),
     }
 
 
-def run_rig(rig: Rig, data: Path, small: bool) -> dict[str, Any]:
+def run_rig(
+    rig: Rig, data: Path, small: bool, frontier: tuple[float | None, ...]
+) -> dict[str, Any]:
     started = time.perf_counter()
-    layout = prepare(rig, data)
+    quarry = variants(rig, frontier)
+    layout = prepare(rig, data, quarry)
     start = time.perf_counter()
     peer = [str(HERE / "run.sh"), "--no-setup", "python", str(HERE / "serve_peers.py")]
     write = subprocess.run(
@@ -294,9 +326,9 @@ def run_rig(rig: Rig, data: Path, small: bool) -> dict[str, Any]:
         "quarry": layout["quarry_write_s"],
         **json.loads(write.stdout.splitlines()[-1])["write_s"],
     }
-    sizes = {"quarry": dir_bytes(str(data / "quarry"))}
+    sizes = {name: dir_bytes(str(data / name / "episodes")) for name in quarry}
     sizes.update({peer: dir_bytes(str(data / peer)) for peer in PEERS})
-    results = measure(rig, data, layout)
+    results = measure(rig, data, layout, [*quarry, *PEERS])
     return {
         "benchmark": "peers",
         "rig": rig.name,
@@ -320,6 +352,10 @@ def run_rig(rig: Rig, data: Path, small: bool) -> dict[str, Any]:
         "write_s": {**write_s, "peers_total": peer_write_s},
         "results": results,
         **ratios(results, sizes),
+        "frontier": [
+            {"keyframe_s": keyframe_s, **ratios(results, sizes, name)}
+            for name, keyframe_s in quarry.items()
+        ],
         "seconds": round(time.perf_counter() - started, 1),
     }
 
@@ -329,6 +365,12 @@ def main() -> int:
     parser.add_argument("--small", action="store_true", help="small sizes (a few minutes)")
     parser.add_argument("--rig", action="append", choices=sorted(RIGS), help="rig(s); default A B")
     parser.add_argument("--keyframe-s", type=float, help="Quarry keyframe interval, seconds")
+    parser.add_argument(
+        "--frontier",
+        default="",
+        help="more Quarry keyframe intervals to measure side by side: comma-separated seconds,"
+        " or 'window' for one keyframe per window",
+    )
     parser.add_argument("--block", type=int, default=1, help="Quarry sampler block (1: plain)")
     parser.add_argument("--episodes", type=int, help="override the episodes of each rig")
     parser.add_argument("--duration-s", type=float, help="override the episode length, s")
@@ -350,7 +392,11 @@ def main() -> int:
             rig = replace(rig, rounds=args.rounds)
         with tempfile.TemporaryDirectory(prefix=f"peers-{name}-") as temp:
             data = (args.workdir / name) if args.workdir else Path(temp)
-            print(json.dumps(run_rig(rig, data, args.small), sort_keys=True), flush=True)
+            frontier = tuple(
+                None if v == "window" else float(v) for v in args.frontier.split(",") if v
+            )
+            record = run_rig(rig, data, args.small, frontier)
+            print(json.dumps(record, sort_keys=True), flush=True)
     return 0
 
 

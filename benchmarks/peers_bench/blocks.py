@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from rigs import WORKERS, peak_rss_mb, proc_cpu_seconds, send
 from torch.utils.data import DataLoader, Dataset, Sampler
 
@@ -49,6 +50,9 @@ def serve(
         its whole sample; called in the reading process.
     :param before_fork: runs once before the DataLoader's workers fork (a peer's caveat).
     """
+    # One torch thread, as in a DataLoader worker: on a shared machine torch's default pool
+    # (one thread per core) spins against the other processes.
+    torch.set_num_threads(1)
     keys = Keys()
     loader: DataLoader[Any] | None = None
     send({"ready": True, "pid": os.getpid()})

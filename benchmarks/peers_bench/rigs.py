@@ -21,7 +21,6 @@ WORKERS = 2
 #: Orders of the (episode, anchor) pairs: Quarry's EpochSampler and a uniform permutation.
 ORDERS = ("sampler", "random")
 PEERS = ("lerobot_av1", "lerobot_h264", "mds_jpeg")
-SYSTEMS = ("quarry", *PEERS)
 #: The LeRobot codec of each LeRobot system (lerobot's default is libsvtav1).
 LEROBOT_CODECS = {"lerobot_av1": "libsvtav1", "lerobot_h264": "h264"}
 
@@ -76,9 +75,9 @@ RIGS = {
              samples_per_block=24, rounds=3),
 }  # fmt: skip
 SMALL = {
-    "A": replace(RIGS["A"], episodes=4, duration_s=6.0, samples_per_block=40, rounds=2),
-    "B": replace(RIGS["B"], episodes=3, duration_s=6.0, samples_per_block=16, rounds=2),
-    "C": replace(RIGS["C"], episodes=2, duration_s=4.0, samples_per_block=6, rounds=2),
+    "A": replace(RIGS["A"], episodes=2, duration_s=6.0, samples_per_block=32, rounds=2),
+    "B": replace(RIGS["B"], episodes=2, duration_s=8.0, samples_per_block=16, rounds=2),
+    "C": replace(RIGS["C"], episodes=1, duration_s=4.0, samples_per_block=8, rounds=2),
 }
 
 

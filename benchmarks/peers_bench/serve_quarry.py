@@ -1,8 +1,8 @@
 """Quarry's side of ``benchmarks/peers.py``: serves samples through Quarry's own dataset class.
 
-``serve_quarry.py DATA`` opens ``DATA/manifest`` (written by the driver over the containers
-in ``DATA/quarry``) with :class:`loader.dataset.ManifestDataset` (the node cache under
-``DATA/cache``, no normalization, so every system returns raw values) and answers the
+``serve_quarry.py DIR`` opens ``DIR/manifest`` (written by the driver over the containers
+in ``DIR/episodes``) with :class:`loader.dataset.ManifestDataset` (the node cache under
+``DIR/cache``, no normalization, so every system returns raw values) and answers the
 driver's request lines (``blocks.serve``); a key is the manifest's global sample number.
 """
 

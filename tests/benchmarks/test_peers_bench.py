@@ -1,10 +1,11 @@
 """benchmarks/peers.py: --help, and one tiny rig-A run whose JSON line has the documented shape.
 
-The run writes one 3 s episode with Quarry's writer, lerobot's (AV1 and H.264) and MDS's, and
-reads a few samples per block through each system's own dataset class in one process and with
-2 DataLoader workers, both orders, one measured round. It needs the peer venv (built by
-``setup.sh`` if missing, minutes the first time). Figures are not asserted (they belong to
-the benchmark), only that every system, order and mode has them."""
+The run writes one 2 s episode with Quarry's writer (a keyframe every 0.2 s, and once per
+window as a frontier point), lerobot's (AV1 and H.264) and MDS's, and reads a few samples
+per block through each system's own dataset class in one process and with 2 DataLoader
+workers, both orders (the sampler's in blocks of 4), one measured round. It needs the peer
+venv (built by ``setup.sh`` if missing, minutes the first time). Figures are not asserted
+(they belong to the benchmark), only that every system, order and mode has them."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ def test_tiny_rig_a_prints_one_json_line(tmp_path: Path) -> None:
         "--episodes",
         "1",
         "--duration-s",
-        "3",
+        "2",
     ]
     argv += ["--samples", "6", "--rounds", "1", "--workdir", str(tmp_path)]
+    argv += ["--keyframe-s", "0.2", "--block", "4", "--frontier", "window"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=1500, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
@@ -64,3 +66,8 @@ def test_tiny_rig_a_prints_one_json_line(tmp_path: Path) -> None:
         assert set(record[key]) == {"sampler", "random"}
         assert set(record[key]["random"]) == {"process", "workers"}
     assert record["bytes_vs_mds_jpeg"] > 0
+    assert params["keyframe_s"] == 0.2 and params["block"] == 4
+    assert [point["keyframe_s"] for point in record["frontier"]] == [0.2, None]
+    assert set(record["results"]["quarry_kfwindow"]) == {"sampler", "random"}
+    # more keyframes cost bytes
+    assert record["bytes"]["quarry"] > record["bytes"]["quarry_kfwindow"]
