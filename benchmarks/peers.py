@@ -101,14 +101,30 @@ def dump_steps(episode: EpisodeData, path: Path) -> int:
     return steps
 
 
-def variants(rig: Rig, frontier: tuple[float | None, ...]) -> dict[str, float | None]:
-    """Quarry's systems: ``quarry`` (the rig's keyframe interval) and one per frontier point
-    (``None``: a keyframe only at each window's start, ``quarry_kfwindow``)."""
-    named = {f"quarry_kf{'window' if v is None else f'{v:g}'}": v for v in frontier}
-    return {"quarry": rig.keyframe_s, **named}
+Point = tuple[float | None, int]  # a Quarry container setting: keyframe interval, CRF
 
 
-def prepare(rig: Rig, data: Path, quarry: dict[str, float | None]) -> dict[str, Any]:
+def variants(rig: Rig, frontier: tuple[Point, ...]) -> dict[str, Point]:
+    """Quarry's systems: ``quarry`` (the rig's keyframe interval and CRF) and one per frontier
+    point (keyframe ``None``: one only at each window's start, ``quarry_kfwindow``; a CRF
+    other than the rig's adds ``_crfN``)."""
+    named = {}
+    for keyframe_s, crf in frontier:
+        name = f"quarry_kf{'window' if keyframe_s is None else f'{keyframe_s:g}'}"
+        named[name + ("" if crf == rig.crf else f"_crf{crf}")] = (keyframe_s, crf)
+    return {"quarry": (rig.keyframe_s, rig.crf), **named}
+
+
+def parse_frontier(text: str, rig: Rig) -> tuple[Point, ...]:
+    """``--frontier``: comma-separated ``S`` or ``window``, each optionally ``@CRF``."""
+    points = []
+    for item in filter(None, text.split(",")):
+        keyframe, _, crf = item.partition("@")
+        points.append((None if keyframe == "window" else float(keyframe), int(crf or rig.crf)))
+    return tuple(points)
+
+
+def prepare(rig: Rig, data: Path, quarry: dict[str, Point]) -> dict[str, Any]:
     """Write the rig's episodes in Quarry's format (each of ``quarry``'s keyframe intervals,
     ``DATA/<system>/episodes``, with a manifest), and dump them for the peers.
 
@@ -125,10 +141,11 @@ def prepare(rig: Rig, data: Path, quarry: dict[str, float | None]) -> dict[str, 
     for index in range(rig.episodes):
         episode = make_episode(rig, index)
         steps.append(dump_steps(episode, data / "source" / f"episode_{index:03d}.npz"))
-        for name, keyframe_s in quarry.items():
+        for name, (keyframe_s, crf) in quarry.items():
             path = data / name / "episodes" / f"episode_{index:03d}.mcap"
             start = time.perf_counter()
-            write_episode(episode, path, write_options(replace(rig, keyframe_s=keyframe_s)))
+            options = write_options(replace(rig, keyframe_s=keyframe_s, crf=crf))
+            write_episode(episode, path, options)
             write_s += time.perf_counter() - start if name == "quarry" else 0.0
             rows[name].append(manifest_row(episode, path, spec))
         if rows["quarry"][-1]["num_samples"] != -(-steps[-1] // rig.anchor_stride):
@@ -285,7 +302,9 @@ def ratios(
     results: dict[str, Any], sizes: dict[str, int], quarry: str = "quarry"
 ) -> dict[str, Any]:
     """``vs_lerobot`` (against the faster LeRobot codec), ``vs_mds_jpeg`` (samples/s ratios per
-    order and mode) and ``bytes_vs_mds_jpeg`` of the Quarry system ``quarry``."""
+    order and mode), ``cpu_vs_lerobot`` and ``cpu_vs_mds_jpeg`` (the peer's CPU ms per sample
+    over Quarry's: above 1 means Quarry spends less) and ``bytes_vs_mds_jpeg`` of the Quarry
+    system ``quarry``."""
 
     def ratio(peer: tuple[str, ...]) -> dict[str, dict[str, float]]:
         return {
@@ -300,16 +319,29 @@ def ratios(
             for order in ORDERS
         }
 
+    def cpu_ratio(peer: tuple[str, ...]) -> dict[str, dict[str, float]]:
+        return {
+            order: {
+                mode: round(
+                    min(results[p][order][mode]["cpu_ms_per_sample"] for p in peer)
+                    / results[quarry][order][mode]["cpu_ms_per_sample"],
+                    2,
+                )
+                for mode in MODES
+            }
+            for order in ORDERS
+        }
+
     return {
         "vs_lerobot": ratio(("lerobot_av1", "lerobot_h264")),
         "vs_mds_jpeg": ratio(("mds_jpeg",)),
+        "cpu_vs_lerobot": cpu_ratio(("lerobot_av1", "lerobot_h264")),
+        "cpu_vs_mds_jpeg": cpu_ratio(("mds_jpeg",)),
         "bytes_vs_mds_jpeg": round(sizes[quarry] / sizes["mds_jpeg"], 3),
     }
 
 
-def run_rig(
-    rig: Rig, data: Path, small: bool, frontier: tuple[float | None, ...]
-) -> dict[str, Any]:
+def run_rig(rig: Rig, data: Path, small: bool, frontier: tuple[Point, ...]) -> dict[str, Any]:
     started = time.perf_counter()
     quarry = variants(rig, frontier)
     layout = prepare(rig, data, quarry)
@@ -353,8 +385,8 @@ def run_rig(
         "results": results,
         **ratios(results, sizes),
         "frontier": [
-            {"keyframe_s": keyframe_s, **ratios(results, sizes, name)}
-            for name, keyframe_s in quarry.items()
+            {"system": name, "keyframe_s": keyframe_s, "crf": crf, **ratios(results, sizes, name)}
+            for name, (keyframe_s, crf) in quarry.items()
         ],
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -368,8 +400,8 @@ def main() -> int:
     parser.add_argument(
         "--frontier",
         default="",
-        help="more Quarry keyframe intervals to measure side by side: comma-separated seconds,"
-        " or 'window' for one keyframe per window",
+        help="more Quarry containers read side by side: comma-separated keyframe intervals"
+        " (seconds, or 'window' for one per window), each optionally @CRF (e.g. 0.27@26)",
     )
     parser.add_argument("--block", type=int, default=1, help="Quarry sampler block (1: plain)")
     parser.add_argument("--episodes", type=int, help="override the episodes of each rig")
@@ -392,10 +424,7 @@ def main() -> int:
             rig = replace(rig, rounds=args.rounds)
         with tempfile.TemporaryDirectory(prefix=f"peers-{name}-") as temp:
             data = (args.workdir / name) if args.workdir else Path(temp)
-            frontier = tuple(
-                None if v == "window" else float(v) for v in args.frontier.split(",") if v
-            )
-            record = run_rig(rig, data, args.small, frontier)
+            record = run_rig(rig, data, args.small, parse_frontier(args.frontier, rig))
             print(json.dumps(record, sort_keys=True), flush=True)
     return 0
 
