@@ -24,7 +24,7 @@ from ._h264 import rgb_array
 from .errors import DecodeError
 
 #: Decoded frames kept per camera (the most recent ones of its run).
-KEEP_FRAMES = 32
+KEEP_FRAMES = 8
 
 _Frame = tuple[msg.FrameHeader, bytes]
 
