@@ -17,7 +17,9 @@ time (I/O, CRC, decompression and parsing of the chunks), ``io_speedup`` the I/O
 ``read_sample`` calls, which add the H.264 decoding that every layout pays alike. Prints one
 JSON line.
 
-    python benchmarks/container.py [--small]
+    python benchmarks/container.py [--small] [--rig C]
+
+``--rig C`` pins rig C of ``benchmarks/peers.py`` (4 cameras at 640x480, 30 fps).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ class Params:
 
 FULL = Params(episodes=6, duration_s=20.0, samples_per_episode=80)
 SMALL = Params(episodes=2, duration_s=8.0, samples_per_episode=15)
+# Rig C of benchmarks/peers.py (teleop HD): the same 4 cameras at 640x480, 30 fps.
+RIG_C = Params(episodes=3, duration_s=10.0, samples_per_episode=30, width=640, height=480)
+RIG_C_SMALL = Params(episodes=1, duration_s=6.0, samples_per_episode=10, width=640, height=480)
 LAYOUTS = {
     "grouped": (Layout.GROUPED, "h264"),
     "per_topic": (Layout.PER_TOPIC, "h264"),
@@ -314,8 +319,15 @@ def run(p: Params) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--small", action="store_true", help="CI size: fewer, shorter episodes")
+    parser.add_argument(
+        "--rig", choices=["default", "C"], default="default", help="C: 640x480 frames (teleop HD)"
+    )
     args = parser.parse_args()
-    print(json.dumps(run(SMALL if args.small else FULL), sort_keys=True))
+    if args.rig == "C":
+        params = RIG_C_SMALL if args.small else RIG_C
+    else:
+        params = SMALL if args.small else FULL
+    print(json.dumps({"rig": args.rig, **run(params)}, sort_keys=True))
 
 
 if __name__ == "__main__":

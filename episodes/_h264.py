@@ -23,21 +23,30 @@ class VideoConfig:
     :param crf: libx264 constant rate factor (lower is better quality, larger files).
     :param preset: libx264 speed preset.
     :param jpeg_quality: JPEG quality (1-100) of the per-frame baseline.
+    :param keyframe_s: seconds between H.264 keyframes inside a window (a keyframe also
+        starts every window); ``None`` puts one only at each window's start. A sample decodes
+        from the last keyframe at/before its oldest frame, so a shorter interval decodes
+        fewer frames per sample and costs bytes.
     """
 
     codec: str = "h264"
     crf: int = 20
     preset: str = "veryfast"
     jpeg_quality: int = 90
+    keyframe_s: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (recorded in the container's layout metadata)."""
-        return {
+        """JSON-ready form (recorded in the container's layout metadata; ``keyframe_s`` only
+        when set, so containers of the default settings keep today's metadata)."""
+        out: dict[str, object] = {
             "codec": self.codec,
             "crf": self.crf,
             "preset": self.preset,
             "jpeg_quality": self.jpeg_quality,
         }
+        if self.keyframe_s is not None:
+            out["keyframe_s"] = self.keyframe_s
+        return out
 
 
 def encode_h264(

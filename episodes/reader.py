@@ -16,6 +16,7 @@ import numpy.typing as npt
 from mcap.records import Message
 
 from . import messages as msg
+from ._decoded import RunDecoder
 from ._h264 import decode_h264
 from ._index import ChunkRef, LoadedChunk, Source, read_chunk, read_metadata, read_summary
 from ._jpeg import decode_jpeg
@@ -63,6 +64,9 @@ class EpisodeReader:
             t: [r.start_ns for r in refs] for t, refs in self._context_refs.items()
         }
         self._starts = {t: [r.start_ns for r in refs] for t, refs in self._refs.items()}
+        # Decoding runs carried from one sample to the next (consecutive anchors of a block
+        # order go on decoding instead of starting at the keyframe again).
+        self._runs = RunDecoder()
 
     def close(self) -> None:
         """Close the file if this reader opened it."""
@@ -183,18 +187,11 @@ class EpisodeReader:
     def _decode(self, cam: TopicInfo, frames: list[_Frame], picks: list[int]) -> list[Any]:
         if cam.schema["codec"] == "jpeg":
             return [decode_jpeg(frames[p][1], topic=cam.topic) for p in picks]
-        first = min(picks)
-        keys = [k for k in range(first + 1) if frames[k][0].keyframe]
-        if not keys:
-            raise DecodeError("no keyframe before the frame", file=self.name, topic=cam.topic)
-        start = keys[-1]
         try:
-            units = [d for _, d in frames[start : max(picks) + 1]]
-            decoded = decode_h264(units, cam.topic, keep={p - start for p in picks})
+            return self._runs.decode(cam.topic, frames, picks)
         except DecodeError as exc:
             exc.file, exc.offset = self.name, None
             raise
-        return [decoded[p - start] for p in picks]
 
     def _state(
         self, loaded: _Loaded, anchor_ns: int, spec: SampleSpec

@@ -128,6 +128,10 @@ def _camera_messages(
     windows = (cam.timestamps_ns - episode.start_ns) // options.window_ns
     keyframes = np.ones(len(windows), dtype=bool)
     keyframes[1:] = windows[1:] != windows[:-1]
+    if options.video.keyframe_s is not None:
+        gop = min(gop, _keyframe_frames(cam, options.video.keyframe_s))
+        starts = np.maximum.accumulate(np.where(keyframes, np.arange(len(windows)), 0))
+        keyframes |= (np.arange(len(windows)) - starts) % gop == 0
     if options.video.codec == "h264":
         units = encode_h264(cam.frames, cam.fps, keyframes, gop, options.video)
     elif options.video.codec == "jpeg":
@@ -150,6 +154,13 @@ def _vector_messages(vec: VectorStream) -> list[Pending]:
         Pending(int(t), vec.topic, STATE_GROUP, i, msg.pack_vector(int(t), values[i]))
         for i, t in enumerate(vec.timestamps_ns)
     ]
+
+
+def _keyframe_frames(cam: CameraStream, keyframe_s: float) -> int:
+    """Frames between keyframes inside a window: ``keyframe_s`` at the camera's rate."""
+    if not keyframe_s > 0:
+        raise InputError(f"keyframe_s must be positive, got {keyframe_s!r}", topic=cam.topic)
+    return max(1, round(keyframe_s * cam.fps))
 
 
 def _frames_per_window(cam: CameraStream, options: WriteOptions) -> int:

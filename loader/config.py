@@ -99,6 +99,9 @@ class LoaderConfig(_Config):
     :param sample_spec: overrides the manifest's sample spec (dict form), if given.
     :param normalize: normalize state and actions with the manifest's ``norm_stats``.
     :param open_readers: episode readers kept open per worker (an LRU).
+    :param sampler_block: the epoch sampler's block (``EpochSampler(block=...)``): samples of
+        consecutive anchors served together, so a reader decodes their video once; 1 is the
+        plain shuffle (docs/loader.md, "Sampler").
     """
 
     cache: CacheConfig
@@ -109,3 +112,4 @@ class LoaderConfig(_Config):
     sample_spec: dict[str, Any] | None = None
     normalize: bool = True
     open_readers: int = Field(default=4, ge=1)
+    sampler_block: int = Field(default=1, ge=1)

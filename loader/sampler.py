@@ -13,6 +13,18 @@ An epoch is planned from ``(seed, epoch)`` over the manifest's global sample num
 So every rank gets exactly ``q`` samples, every sample is assigned once, and the padding at
 the epoch's end repeats ``world_size * q - num_samples <= world_size - 1`` samples.
 
+Block order (``block > 1``): in step 2 the node's share is cut into *blocks* of at most
+``block`` consecutive samples of one row (consecutive anchors of one episode slice; a new
+block starts at every row start), the blocks are permuted (seeded as above) and the samples
+of each block stay in anchor order; the padded share is then dealt so that local rank ``l``
+takes the contiguous stretch ``l * q`` to ``(l + 1) * q``, i.e. whole blocks. A reader then
+decodes a stretch of video once and serves the block's samples from it. Randomness bound:
+the order of blocks is a uniform permutation, but inside a block nothing is shuffled, so any
+``k`` consecutive samples of a rank come from at most ``ceil(k / block) + 1`` blocks (a batch
+of ``B`` samples holds at least ``ceil(B / block)`` distinct stretches, each at most
+``block * anchor_stride`` control steps long). ``block = 1`` is the plain shuffle above, with
+the same order as before blocks existed.
+
 Consumption is counted by the trainer (:meth:`EpochSampler.mark_consumed`, called with the
 samples of each finished step), not by what a DataLoader prefetched. Ranks consume in
 lockstep, so the consumed set of node ``m`` is the first ``consumed * L`` entries of its
@@ -51,7 +63,11 @@ class Layout:
 
 
 def plan_segment(
-    pool: Int64Array, row_offsets: Int64Array | None, layout: Layout, seed_key: list[int]
+    pool: Int64Array,
+    row_offsets: Int64Array | None,
+    layout: Layout,
+    seed_key: list[int],
+    block: int = 1,
 ) -> list[Int64Array]:
     """Every node's padded share of ``pool`` (sorted sample numbers), as described above."""
     rng = np.random.default_rng(seed_key)
@@ -62,11 +78,41 @@ def plan_segment(
     shares = []
     for node in range(nodes):
         share = grouped[bounds[node] : bounds[node + 1]]
-        share = share[np.random.default_rng([*seed_key, node + 1]).permutation(len(share))]
+        node_rng = np.random.default_rng([*seed_key, node + 1])
+        if block > 1:
+            share = _shuffle_blocks(share, row_offsets, block, node_rng)
+        else:
+            share = share[node_rng.permutation(len(share))]
         source = share if len(share) else pool
         padding = np.resize(source, per_node * q - len(share)) if len(source) else source
-        shares.append(np.concatenate([share, padding]).astype(np.int64, copy=False))
+        padded = np.concatenate([share, padding]).astype(np.int64, copy=False)
+        if block > 1:  # local rank l takes the stretch [l * q, (l + 1) * q): whole blocks
+            padded = padded.reshape(per_node, q).T.ravel()
+        shares.append(padded)
     return shares
+
+
+def _shuffle_blocks(
+    share: Int64Array, row_offsets: Int64Array | None, block: int, rng: np.random.Generator
+) -> Int64Array:
+    """``share`` (grouped by row, anchor order inside a row) in permuted blocks of at most
+    ``block`` consecutive samples of one row, each block kept in anchor order."""
+    if len(share) == 0:
+        return share
+    if row_offsets is None:  # no row structure: blocks of consecutive sample numbers
+        share = np.sort(share)
+        rows = np.zeros(len(share), dtype=np.int64)
+    else:
+        rows = np.searchsorted(row_offsets, share, side="right") - 1
+    position = np.arange(len(share), dtype=np.int64)
+    row_start = np.ones(len(share), dtype=bool)
+    row_start[1:] = rows[1:] != rows[:-1]
+    first = np.maximum.accumulate(np.where(row_start, position, 0))
+    starts = row_start | ((position - first) % block == 0)
+    block_of = np.cumsum(starts) - 1
+    rank = np.empty(int(block_of[-1]) + 1, dtype=np.int64)
+    rank[rng.permutation(len(rank))] = np.arange(len(rank))
+    return share[np.argsort(rank[block_of], kind="stable")]
 
 
 def _group_by_permuted_rows(
@@ -91,6 +137,8 @@ class EpochSampler:
     :param world_size: number of ranks.
     :param ranks_per_node: ranks on each node (``LOCAL_WORLD_SIZE`` under torchrun).
     :param seed: seed of the permutation, the same on every rank.
+    :param block: samples per block of the block order (see the module docstring); 1 is
+        the plain shuffle. The same on every rank, and kept in the state.
     """
 
     def __init__(
@@ -103,7 +151,11 @@ class EpochSampler:
         ranks_per_node: int | None = None,
         seed: int = 0,
         epoch: int = 0,
+        block: int = 1,
     ) -> None:
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise SamplerStateError(f"block must be a positive integer, got {block!r}")
+        self.block = block
         per_node = ranks_per_node or world_size
         if world_size < 1 or per_node < 1 or world_size % per_node or not 0 <= rank < world_size:
             raise SamplerStateError(
@@ -137,7 +189,7 @@ class EpochSampler:
         """Sample numbers not consumed before the current segment, sorted."""
         pool = np.arange(self.num_samples, dtype=np.int64)
         for index, (layout, consumed) in enumerate(self._segments[:-1]):
-            shares = plan_segment(pool, self._offsets, layout, self._seed_key(index))
+            shares = plan_segment(pool, self._offsets, layout, self._seed_key(index), self.block)
             taken = np.concatenate([s[: consumed * layout.ranks_per_node] for s in shares])
             pool = np.setdiff1d(pool, taken, assume_unique=False)
         return pool
@@ -147,7 +199,9 @@ class EpochSampler:
 
     def _node_share(self) -> Int64Array:
         segment = len(self._segments) - 1
-        shares = plan_segment(self._pool(), self._offsets, self.layout, self._seed_key(segment))
+        shares = plan_segment(
+            self._pool(), self._offsets, self.layout, self._seed_key(segment), self.block
+        )
         return shares[self.rank // self.layout.ranks_per_node]
 
     def _rank_sequence(self) -> Int64Array:
@@ -174,14 +228,18 @@ class EpochSampler:
         return np.unique(np.searchsorted(self._offsets, share, side="right") - 1)
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the epoch stands: seed, epoch, samples, and each segment's layout and count."""
-        return {
+        """Where the epoch stands: seed, epoch, samples, block (when not 1), and each
+        segment's layout and count."""
+        state: dict[str, Any] = {
             "version": STATE_VERSION,
             "seed": self.seed,
             "epoch": self.epoch,
             "num_samples": self.num_samples,
             "segments": [[s.num_nodes, s.ranks_per_node, c] for s, c in self._segments],
         }
+        if self.block != 1:
+            state["block"] = self.block
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict` of any rank (ranks consume in lockstep).
@@ -189,10 +247,16 @@ class EpochSampler:
         With the same layout the segment continues; with another one the samples not yet
         consumed are planned over this sampler's layout, so none is repeated or skipped.
 
-        :raises SamplerStateError: the state is of another version, seed or manifest size.
+        :raises SamplerStateError: the state is of another version, seed, manifest size or
+            block.
         """
-        expected = (STATE_VERSION, self.seed, self.num_samples)
-        found = (state.get("version"), state.get("seed"), state.get("num_samples"))
+        expected = (STATE_VERSION, self.seed, self.num_samples, self.block)
+        found = (
+            state.get("version"),
+            state.get("seed"),
+            state.get("num_samples"),
+            state.get("block", 1),
+        )
         if found != expected:
             raise SamplerStateError(f"sampler state {found} does not fit {expected}")
         segments = [(Layout(int(n), int(r)), int(c)) for n, r, c in state["segments"]]

@@ -100,6 +100,7 @@ class DataFeed:
             ranks_per_node=self.world.local_world_size,
             seed=self.config.loader.seed,
             epoch=epoch,
+            block=self.config.loader.sampler_block,
         )
 
     def warm_node_share(self) -> dict[str, Any]:

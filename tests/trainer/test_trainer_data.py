@@ -64,6 +64,18 @@ def test_feed_crosses_epochs_in_order_and_charges_only_data_time(
     assert feed.sampler.epoch == 1 and feed.epochs_started == 2
 
 
+def test_feed_plans_the_block_order_of_its_config(corpus: Corpus, tmp_path: Path) -> None:
+    feed = feed_for(corpus, tmp_path, **{"loader.sampler_block": 4})
+    try:
+        assert feed.sampler.block == 4
+        expected = EpochSampler(
+            corpus.num_samples, feed._row_offsets, seed=feed.config.seed, block=4
+        )
+        assert feed.sampler.indices().tolist() == expected.indices().tolist()
+    finally:
+        feed.close()
+
+
 def test_data_wait_is_blocked_time_plus_epoch_starts_after_warm_up() -> None:
     meter = GoodputMeter(Ledger(run_started_wall=time.time()), time.time())
     meter.record_step(2.0, 1.0, 8, 1.0)  # warm-up: the first batch waits for the workers
