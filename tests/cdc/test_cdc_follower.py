@@ -100,7 +100,8 @@ def test_truncate_and_schema_change(
             "INSERT INTO robots (id, model, site, serial) VALUES ('r2', 'arm', 'lab', 'SN-2')"
         )
         with pg_conn.transaction():
-            pg_conn.execute("TRUNCATE manifest_episodes, manifests")
+            # manifest_pulls (not published) references manifests: truncated with it
+            pg_conn.execute("TRUNCATE manifest_episodes, manifests, manifest_pulls")
             pg_conn.execute(
                 "INSERT INTO manifests (id, reuse_key, sql, sample_spec, "
                 "snapshot_id, cdc_position, rows, samples, size_bytes, uri, author)"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import select
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,7 @@ def test_on_a_terminal_it_draws_a_bar() -> None:
         with Progress("ingest", "episodes", out=tty) as hook:
             hook(1, 4)
             hook(4, 4)
-    drawn = os.read(leader, 65536).decode()
+    drawn = read_all(leader)
     os.close(leader)
     assert "\r" in drawn and "4/4" in drawn
 
@@ -65,3 +66,18 @@ def test_the_cli_writes_lines_when_stderr_is_a_pipe(tmp_path: Path) -> None:
         run_quarry(state, "down", check=False)
     assert "\r" not in done.stderr
     assert "ingest: 2 episodes of 2 episodes (100%)" in done.stderr.splitlines()
+
+
+def read_all(fd: int) -> str:
+    """Everything written to the terminal whose leader end is ``fd`` (one read may return
+    only the first write); the follower end is closed, so reading ends at EIO or silence."""
+    chunks: list[bytes] = []
+    while select.select([fd], [], [], 1.0)[0]:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:  # EIO: the follower end is closed and drained
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()

@@ -114,11 +114,14 @@ def test_a_reader_reads_on_after_a_mirrored_table_gains_a_column(
     assert warehouse.query_arrow(sql).column(0).to_pylist() == ["r1"]
     known = warehouse.describe_tables()["robots"]
     columns = tuple(ColumnSpec(name, "text") for name, _ in known.columns)
-    grown = TableSpec("robots", (*columns, ColumnSpec("nickname", "text")), known.key)
+    grown = TableSpec("robots", (*columns, ColumnSpec("nicknames", "text[]")), known.key)
     assert warehouse.ensure_table(grown)
-    warehouse.apply(batch(event(Op.CREATE, "robots", 200, after=robot("r2"))))
+    for lsn, nicknames in ((200, []), (300, ["a"])):
+        row = {**robot(f"r{lsn // 100}"), "nicknames": nicknames}
+        warehouse.apply(batch(event(Op.CREATE, "robots", lsn, after=row)))
+        assert warehouse.query_arrow(sql).num_rows == lsn // 100
     warehouse.flush_inlined()
     for _ in range(2):
-        assert warehouse.query_arrow(sql).column(0).to_pylist() == ["r1", "r2"]
+        assert warehouse.query_arrow(sql).column(0).to_pylist() == ["r1", "r2", "r3"]
         pinned = warehouse.query_arrow(sql, snapshot_id=warehouse.current_snapshot())
-        assert pinned.column(0).to_pylist() == ["r1", "r2"]
+        assert pinned.column(0).to_pylist() == ["r1", "r2", "r3"]
