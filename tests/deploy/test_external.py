@@ -1,0 +1,194 @@
+"""External mode with two service replicas that share only Postgres and S3 (moto's server on
+loopback): the DuckLake catalog and the operational database in one Postgres, the lake's
+Parquet and the manifest files in one bucket, each replica with its own state folder. A
+curation POSTed to one replica is served by the other (registry entry, Arrow file by ranges,
+card, rebuild, a job), and neither state folder holds a manifest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from pydantic import SecretStr
+
+from quarry.stack.postgres import READER_ROLE, EmbeddedPostgres
+from service.tokens import Scope, create_token
+from tests.fixtures.lake_rows import add_bulk_episodes
+from tests.fixtures.postgres import create_database, private_folder
+from tests.fixtures.s3 import moto_s3, s3_environment, s3_section
+from tests.fixtures.stack import QUARRY
+from warehouse.config import DuckLakeConfig
+from warehouse.ducklake.backend import DuckLakeWarehouse
+
+BUCKET = "quarry"
+CATALOG = "external_catalog"
+EPISODES = 12
+SPEC = {"anchor_stride": 7}
+READER_PASSWORD = "external-reader-password"
+
+
+@dataclass
+class Replicas:
+    urls: list[str]
+    states: list[Path]
+    token: str
+    s3: Any
+    ops_dsn: str
+
+    def client(self, replica: int) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        return httpx.Client(base_url=self.urls[replica], headers=headers, timeout=60)
+
+
+def reader_dsn(postgres: EmbeddedPostgres) -> str:
+    return f"{postgres.dsn(CATALOG, user=READER_ROLE)} password={READER_PASSWORD}"
+
+
+def environment(postgres: EmbeddedPostgres, ops_dsn: str, s3: Any) -> dict[str, str]:
+    """The settings of a replica, as the compose file gives them: by environment alone."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")}
+    return {
+        **env,
+        "QUARRY_SOURCE_DSN": ops_dsn,
+        "QUARRY_WAREHOUSE__CATALOG_DSN": postgres.dsn(CATALOG),
+        "QUARRY_WAREHOUSE__READER_CATALOG_DSN": reader_dsn(postgres),
+        "QUARRY_WAREHOUSE__DATA_URL": f"s3://{BUCKET}/lake",
+        **s3_environment("WAREHOUSE", s3),
+        "QUARRY_MANIFESTS__URL": f"s3://{BUCKET}/manifests",
+        **s3_environment("MANIFESTS", s3),
+    }
+
+
+def start_replica(state: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    log = (state.parent / f"{state.name}.log").open("wb")
+    process = subprocess.Popen(
+        [QUARRY, "serve", "--state-dir", str(state)], env=env, stdout=log, stderr=log
+    )
+    url_file = state / "run" / "service.url"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(
+                f"replica exited: {(state.parent / f'{state.name}.log').read_text()}"
+            )
+        if url_file.exists():
+            url = url_file.read_text().strip()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    return process, url
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.1)
+    raise AssertionError("replica did not start")
+
+
+@pytest.fixture(scope="module")
+def replicas(postgres: EmbeddedPostgres) -> Iterator[Replicas]:
+    with moto_s3(BUCKET) as s3, private_folder("quarry-test-external-") as folder:
+        ops_dsn = create_database(postgres, "external_ops")
+        postgres.ensure_database(CATALOG)
+        lake = DuckLakeConfig(
+            catalog_dsn=SecretStr(postgres.dsn(CATALOG)),
+            data_url=f"s3://{BUCKET}/lake",
+            s3=s3_section(s3),
+        )
+        with DuckLakeWarehouse(lake) as warehouse:
+            warehouse.bootstrap()
+        add_bulk_episodes(lake, EPISODES)
+        postgres.ensure_reader_role(CATALOG)
+        with psycopg.connect(postgres.dsn("postgres"), autocommit=True) as conn:
+            # A shared Postgres asks the reader for a password as for anyone else.
+            conn.execute(f"ALTER ROLE {READER_ROLE} PASSWORD '{READER_PASSWORD}'")
+        with psycopg.connect(ops_dsn, autocommit=True) as conn:
+            token = create_token(conn, "external-test", [Scope.ADMIN])
+        env = environment(postgres, ops_dsn, s3)
+        states = [folder / "a", folder / "b"]
+        started = [start_replica(state, env) for state in states]
+        try:
+            yield Replicas([url for _, url in started], states, token, s3, ops_dsn)
+        finally:
+            for process, _ in started:
+                process.terminate()
+                process.wait(30)
+
+
+def manifest_keys(s3: Any) -> list[str]:
+    listed = s3.list_objects_v2(Bucket=BUCKET, Prefix="manifests/")
+    return [item["Key"] for item in listed.get("Contents", [])]
+
+
+def local_manifests(states: list[Path]) -> list[Path]:
+    return [p for state in states for p in state.rglob("*") if p.suffix == ".arrow"]
+
+
+def test_a_curation_posted_to_one_replica_is_served_by_the_other(replicas: Replicas) -> None:
+    with replicas.client(0) as a, replicas.client(1) as b:
+        made = a.post("/v1/curations", json={"sql": "SELECT * FROM episodes", "sample_spec": SPEC})
+        assert made.status_code == 201, made.text
+        manifest_id = made.json()["manifest_id"]
+        key = f"manifests/{manifest_id}.arrow"
+        assert manifest_keys(replicas.s3) == [key]
+        stored = replicas.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+        with psycopg.connect(replicas.ops_dsn) as conn:
+            uri = conn.execute("SELECT uri FROM manifests WHERE id = %s", (manifest_id,))
+            assert uri.fetchone() == (f"s3://{BUCKET}/{key}",)
+        shown = b.get(f"/v1/manifests/{manifest_id}")
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["samples"] == made.json()["samples"] > 0
+        whole = b.get(f"/v1/manifests/{manifest_id}/arrow")
+        assert whole.status_code == 200 and whole.content == stored
+        assert whole.headers["etag"] == f'"{manifest_id}"'
+        part = b.get(f"/v1/manifests/{manifest_id}/arrow", headers={"Range": "bytes=8-99"})
+        assert part.status_code == 206 and part.content == stored[8:100]
+        assert part.headers["content-range"] == f"bytes 8-99/{len(stored)}"
+        tail = b.get(f"/v1/manifests/{manifest_id}/arrow", headers={"Range": "bytes=-16"})
+        assert tail.status_code == 206 and tail.content == stored[-16:]
+        outside = b.get(
+            f"/v1/manifests/{manifest_id}/arrow", headers={"Range": f"bytes={len(stored)}-"}
+        )
+        assert outside.status_code == 416
+        card = b.get(f"/v1/manifests/{manifest_id}/card")
+        assert card.status_code == 200, card.text
+        assert card.json()["manifest_id"] == manifest_id
+        rebuilt = b.post(f"/v1/manifests/{manifest_id}/rebuild")
+        assert rebuilt.status_code == 200, rebuilt.text
+        assert rebuilt.json()["identical"] is True
+
+        again = b.post("/v1/curations", json={"sql": "SELECT * FROM episodes", "sample_spec": SPEC})
+        assert again.status_code == 201 and again.json()["manifest_id"] == manifest_id
+        assert again.json()["reused"] is True  # B sees A's object in the bucket
+    assert local_manifests(replicas.states) == []
+
+
+def test_a_job_queued_on_one_replica_is_read_on_the_other(replicas: Replicas) -> None:
+    sql = "SELECT * FROM episodes WHERE robot_id = 'r1'"
+    with replicas.client(1) as b, replicas.client(0) as a:
+        queued = b.post("/v1/curations?async=true", json={"sql": sql, "sample_spec": SPEC})
+        assert queued.status_code == 202, queued.text
+        job_id = queued.json()["id"]
+        deadline = time.monotonic() + 60
+        while (job := a.get(f"/v1/curations/jobs/{job_id}").json())["status"] != "succeeded":
+            assert job["status"] in ("queued", "running") and time.monotonic() < deadline, job
+            time.sleep(0.2)
+        manifest_id = job["result"]["manifest_id"]
+        assert a.get(f"/v1/manifests/{manifest_id}/arrow").status_code == 200
+    assert f"manifests/{manifest_id}.arrow" in manifest_keys(replicas.s3)
+    assert local_manifests(replicas.states) == []
+
+
+def test_gc_in_s3_keeps_registered_manifests_and_takes_stray_objects(replicas: Replicas) -> None:
+    stray = "manifests/" + "f" * 64 + ".arrow"
+    replicas.s3.put_object(Bucket=BUCKET, Key=stray, Body=b"not a manifest")
+    with replicas.client(1) as b:
+        young = b.post("/v1/manifests/gc", json={"dry_run": True})
+        assert young.status_code == 200 and young.json()["deleted"] == []  # within its grace
+    assert stray in manifest_keys(replicas.s3)
