@@ -19,7 +19,10 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
+from curation.gc import collect_manifests
+from manifests.objects import ObjectManifestStore
 from quarry.stack.postgres import READER_ROLE, EmbeddedPostgres
+from service.manifest_files import storage_options
 from service.tokens import Scope, create_token
 from tests.fixtures.lake_rows import add_bulk_episodes
 from tests.fixtures.postgres import create_database, private_folder
@@ -188,7 +191,16 @@ def test_a_job_queued_on_one_replica_is_read_on_the_other(replicas: Replicas) ->
 def test_gc_in_s3_keeps_registered_manifests_and_takes_stray_objects(replicas: Replicas) -> None:
     stray = "manifests/" + "f" * 64 + ".arrow"
     replicas.s3.put_object(Bucket=BUCKET, Key=stray, Body=b"not a manifest")
+    registered = [k for k in manifest_keys(replicas.s3) if k != stray]
     with replicas.client(1) as b:
         young = b.post("/v1/manifests/gc", json={"dry_run": True})
         assert young.status_code == 200 and young.json()["deleted"] == []  # within its grace
-    assert stray in manifest_keys(replicas.s3)
+    store = ObjectManifestStore(
+        f"s3://{BUCKET}/manifests", storage_options(s3_section(replicas.s3))
+    )
+    with psycopg.connect(replicas.ops_dsn, autocommit=True) as conn:
+        report = collect_manifests(conn, store, dry_run=False, grace_s=0)
+    assert [(c.path, c.reason) for c in report.deleted] == [
+        (f"s3://{BUCKET}/{stray}", "unregistered")
+    ]
+    assert manifest_keys(replicas.s3) == registered and registered
