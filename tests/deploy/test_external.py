@@ -24,6 +24,8 @@ import pytest
 from pydantic import SecretStr
 
 from curation.gc import collect_manifests
+from loader.config import ManifestConfig
+from loader.delivery import deliver_manifest
 from manifests.objects import ObjectManifestStore
 from quarry.stack.postgres import READER_ROLE, EmbeddedPostgres
 from service.manifest_files import storage_options
@@ -197,6 +199,12 @@ def test_a_curation_posted_to_one_replica_is_served_by_the_other(replicas: Repli
         rebuilt = b.post(f"/v1/manifests/{manifest_id}/rebuild")
         assert rebuilt.status_code == 200, rebuilt.text
         assert rebuilt.json()["identical"] is True
+
+        token_file = replicas.states[0].parent / "token"
+        token_file.write_text(replicas.token)
+        source = ManifestConfig(id=manifest_id, service_url=replicas.urls[1], token_file=token_file)
+        node = deliver_manifest(source, replicas.states[0].parent / "node", run="external")
+        assert node.read_bytes() == stored  # a trainer's download from B, verified by hash
 
         again = b.post("/v1/curations", json={"sql": "SELECT * FROM episodes", "sample_spec": SPEC})
         assert again.status_code == 201 and again.json()["manifest_id"] == manifest_id
