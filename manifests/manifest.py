@@ -78,7 +78,8 @@ class Manifest:
 
     With ``handle`` (a seekable binary reader, e.g. an object in S3) the manifest is read
     through it instead of a map: the footer first, each batch by a ranged read when used;
-    ``path`` then only names it (its file name is ``<id>.arrow``).
+    ``path`` then only names it (its file name is ``<id>.arrow``), and such a manifest does
+    not pickle into a usable copy (its path is no local file).
     """
 
     def __init__(self, path: str | os.PathLike[str], handle: BinaryIO | None = None) -> None:
