@@ -13,7 +13,8 @@ COPY --chown=quarry:quarry . .
 USER quarry
 RUN make .venv/.installed
 ENV PATH=/opt/quarry/.venv/bin:$PATH
-VOLUME ["/var/lib/quarry"]
+# /var/lib/quarry holds only a container's runtime files (no VOLUME): the state is in
+# Postgres and the object store (docs/deploy.md).
 EXPOSE 8000
 ENTRYPOINT ["quarry"]
 CMD ["serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -41,7 +41,9 @@ from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
 from manifests.build import ManifestInfo, build_manifest
 from manifests.meta import ManifestMeta
+from manifests.objects import ManifestPlace
 from manifests.schema import FORMAT_VERSION
+from manifests.store import ManifestStore
 from warehouse.base import CURATION_VIEWS
 from warehouse.changes import Position
 from warehouse.errors import QueryError
@@ -150,11 +152,13 @@ def run_curation(
     request: CurationRequest,
     source: CurationSource,
     conn: psycopg.Connection[Any],
-    manifest_dir: Path,
+    manifests: Path | ManifestPlace,
     limits: CurationLimits,
     scope: CancelScope | None = None,
 ) -> CurationResult:
-    """Build (or reuse) the manifest of ``request`` and register it in Postgres. A cancelled
+    """Build (or reuse) the manifest of ``request``, publish it to ``manifests`` (a folder, or
+    a store: an object store uploads it before it is registered) and register it in
+    Postgres. A cancelled
     ``scope`` stops the build at its next query (or interrupts the running one). The pinned
     snapshot's warehouse lag is measured first and held to ``limits.lag``: past a refusing
     bound nothing is built (:class:`~curation.errors.WarehouseLagError`).
@@ -167,19 +171,17 @@ def run_curation(
     lag = warehouse_lag_s(source.position(at=snapshot), conn)
     warning = check_lag(lag, limits.lag, snapshot)
     key = reuse_key(checked, spec, version)
-    existing = reuse_manifest(conn, key, request.annotation, snapshot, request.allow_empty)
+    place = ManifestStore(manifests) if isinstance(manifests, Path) else manifests
+    existing = reuse_manifest(
+        conn, key, request.annotation, snapshot, request.allow_empty, exists=place.exists
+    )
     if existing is not None:
         return replace(existing, warehouse_lag_s=lag, lag_warning=warning)
-    info, meta, episode_ids = build_at(
-        checked,
-        spec,
-        snapshot,
-        source,
-        limits,
-        manifest_dir,
-        scope,
-        allow_empty=request.allow_empty,
-    )
+    with place.staging() as out_dir:
+        info, meta, episode_ids = build_at(
+            checked, spec, snapshot, source, limits, out_dir, scope, allow_empty=request.allow_empty
+        )
+        location = place.publish(info)
     result = CurationResult(
         info.manifest_id,
         info.num_rows,
@@ -187,7 +189,7 @@ def run_curation(
         info.size_bytes,
         snapshot,
         False,
-        info.path,
+        location,
         warehouse_lag_s=lag,
         lag_warning=warning,
     )

@@ -1,4 +1,4 @@
-"""Garbage collection of the service's manifest folder.
+"""Garbage collection of the service's manifest folder (or its S3 prefix).
 
 Deleted: manifest files (``<id>.arrow``) the registry has no row for, partial writes
 (``.tmp-*``, what a killed build or download leaves), both once older than :data:`GRACE_S`
@@ -11,6 +11,10 @@ stays, with its lineage.
 Each retired manifest is deleted under its registry row's lock, checked again there: a pull
 (whose row's foreign key takes a key-share lock on it), an edit or a curation reusing it
 either goes first, and is seen, or waits until the file is gone.
+
+In S3 (``manifests.url``) the same rules hold for the prefix's ``<id>.arrow`` objects, aged by
+their last write; there are no partial writes to collect (an upload is visible whole or not
+at all).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +30,8 @@ from typing import Any, Literal
 import psycopg
 
 from curation.registry import pulls_of
+from manifests.objects import ManifestPlace, ObjectManifestStore
+from manifests.store import ManifestStore
 
 #: Age (seconds since the last write) before an unregistered or partial file is deleted.
 GRACE_S = 3600.0
@@ -33,6 +40,15 @@ _PARTIAL_FILE = re.compile(r"^\.tmp-\d+-[0-9a-f]+$")
 _STAMP_SUFFIX = ".verified.json"  # the loader's verification stamp beside a node's copy
 
 Reason = Literal["unregistered", "retired", "partial"]
+
+
+@dataclass(frozen=True)
+class _File:
+    """A file (or object) found: where, its size in bytes and its last write (Unix s)."""
+
+    location: str
+    size_bytes: int
+    modified: float
 
 
 @dataclass(frozen=True)
@@ -74,41 +90,54 @@ class GcReport:
 
 
 def collect_manifests(
-    conn: psycopg.Connection[Any], folder: Path, *, dry_run: bool, grace_s: float = GRACE_S
+    conn: psycopg.Connection[Any],
+    manifests: Path | ManifestPlace,
+    *,
+    dry_run: bool,
+    grace_s: float = GRACE_S,
 ) -> GcReport:
-    """Delete (or with ``dry_run`` only list) the unreferenced files of ``folder``, the
-    service's manifest folder; see the module docstring for what goes and what stays."""
+    """Delete (or with ``dry_run`` only list) the unreferenced files of ``manifests``, the
+    service's manifest folder or store; see the module docstring for what goes and what
+    stays."""
+    place = ManifestStore(manifests) if isinstance(manifests, Path) else manifests
     report = GcReport(dry_run)
-    files, partial = _scan(folder)
+    files, partial = _scan(place)
     registered = _registered(conn, sorted(files))
     cutoff = time.time() - grace_s
-    for manifest_id, path in sorted(files.items()):
+    remove = _remover(place)
+    for manifest_id, found in sorted(files.items()):
         if manifest_id not in registered:
-            if _mtime(path) < cutoff:
-                _delete(report, Collected(manifest_id, str(path), _size(path), "unregistered"))
+            if found.modified < cutoff:
+                collected = Collected(manifest_id, found.location, found.size_bytes, "unregistered")
+                _delete(report, collected, remove)
         elif registered[manifest_id]:
-            _collect_retired(conn, report, manifest_id, path)
-    for path in partial:
-        if _mtime(path) < cutoff:
-            _delete(report, Collected(None, str(path), _size(path), "partial"))
+            _collect_retired(conn, report, manifest_id, found, remove)
+    for found in partial:
+        if found.modified < cutoff:
+            _delete(report, Collected(None, found.location, found.size_bytes, "partial"), remove)
     return report
 
 
-def _scan(folder: Path) -> tuple[dict[str, Path], list[Path]]:
-    """The folder's manifest files by ID, and its partial writes (folders are left alone:
-    a rebuild works in one)."""
-    files: dict[str, Path] = {}
-    partial: list[Path] = []
-    if not folder.is_dir():
+def _scan(place: ManifestPlace) -> tuple[dict[str, _File], list[_File]]:
+    """The manifest files by ID, and the partial writes (folders are left alone: a rebuild
+    works in one)."""
+    if isinstance(place, ObjectManifestStore):
+        listed = place.list()
+        return {
+            o.manifest_id: _File(place.uri(o.manifest_id), o.size_bytes, o.modified) for o in listed
+        }, []
+    files: dict[str, _File] = {}
+    partial: list[_File] = []
+    if not place.root.is_dir():
         return files, partial
-    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+    for entry in sorted(os.scandir(place.root), key=lambda e: e.name):
         if not entry.is_file(follow_symlinks=False):
             continue
         match = _MANIFEST_FILE.match(entry.name)
         if match is not None:
-            files[match.group(1)] = Path(entry.path)
+            files[match.group(1)] = _local(Path(entry.path))
         elif _PARTIAL_FILE.match(entry.name):
-            partial.append(Path(entry.path))
+            partial.append(_local(Path(entry.path)))
     return files, partial
 
 
@@ -121,7 +150,11 @@ def _registered(conn: psycopg.Connection[Any], ids: list[str]) -> dict[str, bool
 
 
 def _collect_retired(
-    conn: psycopg.Connection[Any], report: GcReport, manifest_id: str, path: Path
+    conn: psycopg.Connection[Any],
+    report: GcReport,
+    manifest_id: str,
+    found: _File,
+    remove: Callable[[str], None],
 ) -> None:
     """Delete a retired manifest's file unless it is pulled, tagged or named, under its row's
     lock (a dry run locks nothing)."""
@@ -137,7 +170,8 @@ def _collect_retired(
         if kept is not None:
             report.kept.append(kept)
             return
-        _delete(report, Collected(manifest_id, str(path), _size(path), "retired"))
+        collected = Collected(manifest_id, found.location, found.size_bytes, "retired")
+        _delete(report, collected, remove)
 
 
 def _why_kept(
@@ -159,23 +193,29 @@ def _why_kept(
     return None
 
 
-def _delete(report: GcReport, collected: Collected) -> None:
+def _delete(report: GcReport, collected: Collected, remove: Callable[[str], None]) -> None:
     if not report.dry_run:
-        path = Path(collected.path)
-        path.unlink(missing_ok=True)
-        path.with_name(path.name + _STAMP_SUFFIX).unlink(missing_ok=True)
+        remove(collected.path)
     report.deleted.append(collected)
 
 
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except FileNotFoundError:
-        return time.time()  # gone meanwhile: young, so left alone
+def _remover(place: ManifestPlace) -> Callable[[str], None]:
+    """How a collected file goes: an object deleted, or a file and its verification stamp."""
+    if isinstance(place, ObjectManifestStore):
+        return place.delete
+
+    def unlink(location: str) -> None:
+        path = Path(location)
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + _STAMP_SUFFIX).unlink(missing_ok=True)
+
+    return unlink
 
 
-def _size(path: Path) -> int:
+def _local(path: Path) -> _File:
+    """A local file as found (gone meanwhile: young and empty, so left alone)."""
     try:
-        return path.stat().st_size
+        stat = path.stat()
     except FileNotFoundError:
-        return 0
+        return _File(str(path), 0, time.time())
+    return _File(str(path), stat.st_size, stat.st_mtime)

@@ -8,6 +8,7 @@ in the file: they change neither its bytes nor its ID.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,8 @@ class CurationResult:
     for it (a reused manifest keeps its own name and description, and gains the tags).
     ``warehouse_lag_s``: seconds the warehouse's data was behind the source when this
     curation pinned its snapshot (``None``: unknown; see :mod:`curation.freshness`);
-    ``lag_warning``: why that is past the bound, when the bound warns instead of refusing."""
+    ``lag_warning``: why that is past the bound, when the bound warns instead of refusing.
+    ``path``: where the file is, a local path or an object's URI (the registry's ``uri``)."""
 
     manifest_id: str
     rows: int
@@ -42,7 +44,7 @@ class CurationResult:
     size_bytes: int
     snapshot_id: int
     reused: bool
-    path: Path
+    path: Path | str
     name: str = ""
     tags: tuple[str, ...] = ()
     description: str = ""
@@ -71,11 +73,13 @@ def reuse_manifest(
     annotation: ManifestAnnotation,
     snapshot: int,
     allow_empty: bool,
+    exists: Callable[[str], bool] = lambda uri: Path(uri).exists(),
 ) -> CurationResult | None:
     """The registered manifest of reuse key ``key`` whose file is there (one in use before a
     retired one, then the oldest), annotated (see :func:`annotate`); ``None`` when there is
-    none. The rows are locked while their files are looked at, so that a garbage collection
-    cannot take a file in between (:mod:`curation.gc` locks them too).
+    none (``exists``: whether a row's ``uri`` is there). The rows are locked while their
+    files are looked at, so that a garbage collection cannot take a file in between
+    (:mod:`curation.gc` locks them too).
 
     :raises EmptyCurationError: that manifest holds no sample and not ``allow_empty``.
     """
@@ -85,12 +89,12 @@ def reuse_manifest(
             "WHERE reuse_key = %s ORDER BY retired_at IS NOT NULL, created_at FOR UPDATE",
             (key,),
         ).fetchall()
-        row = next((r for r in rows if Path(r[5]).exists()), None)
+        row = next((r for r in rows if exists(r[5])), None)
         if row is None:
             return None
         if row[2] == 0 and not allow_empty:
             raise EmptyCurationError.at(snapshot, None, 0)
-        result = CurationResult(row[0], row[1], row[2], row[3], row[4], True, Path(row[5]))
+        result = CurationResult(row[0], row[1], row[2], row[3], row[4], True, row[5])
         return annotate(conn, result, annotation)
 
 

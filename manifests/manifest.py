@@ -8,7 +8,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
@@ -75,12 +75,20 @@ class Manifest:
     Opening reads only the footer and the schema; record batches are materialized lazily, as
     zero-copy views into the map, so every rank mapping the same file shares its pages.
     Pickling a manifest pickles its path; the copy re-opens the file.
+
+    With ``handle`` (a seekable binary reader, e.g. an object in S3) the manifest is read
+    through it instead of a map: the footer first, each batch by a ranged read when used;
+    ``path`` then only names it (its file name is ``<id>.arrow``), and such a manifest does
+    not pickle into a usable copy (its path is no local file).
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], handle: BinaryIO | None = None) -> None:
         self.path = Path(path)
         try:
-            self._source = pa.memory_map(str(self.path), "r")
+            if handle is None:
+                self._source: pa.NativeFile = pa.memory_map(str(self.path), "r")
+            else:
+                self._source = pa.PythonFile(handle, mode="r")
             self._reader = ipc.open_file(self._source)
         except FileNotFoundError as exc:
             raise ManifestNotFoundError("no manifest file", path=str(self.path)) from exc

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
@@ -14,7 +16,7 @@ from .errors import (
     ManifestIdError,
     ManifestIOError,
 )
-from .manifest import is_manifest_id, open_manifest
+from .manifest import Manifest, is_manifest_id, open_manifest
 
 _COPY_BLOCK = 8 * 1024 * 1024
 
@@ -41,6 +43,23 @@ class ManifestStore:
     def contains(self, manifest_id: str) -> bool:
         """Whether manifest ``manifest_id`` is in the store."""
         return self.path(manifest_id).is_file()
+
+    def exists(self, location: str) -> bool:
+        """Whether the manifest file at ``location`` (a registry row's ``uri``) is there."""
+        return Path(location).is_file()
+
+    @contextmanager
+    def staging(self) -> Iterator[Path]:
+        """Where a build writes: the folder itself (a build publishes atomically into it)."""
+        yield self.root
+
+    def publish(self, info: ManifestInfo) -> str:
+        """The location of a manifest built into :meth:`staging` (it is there already)."""
+        return str(info.path)
+
+    def open_manifest(self, location: str) -> Manifest:
+        """Memory-map the manifest file at ``location``."""
+        return open_manifest(location)
 
     def put(
         self, source: str | os.PathLike[str] | bytes | BinaryIO, expected_id: str | None = None

@@ -16,7 +16,7 @@ from curation.config import CurationConfig
 from quarry.errors import ConfigError
 from quarry.stack.paths import StatePaths
 from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, READER_ROLE, EmbeddedPostgres
-from service.settings import ServiceConfig, ServiceSettings
+from service.settings import ManifestsConfig, ServiceConfig, ServiceSettings
 from warehouse.config import ENV_PREFIX, DuckLakeConfig, WarehouseConfig
 from warehouse.errors import WarehouseError
 
@@ -40,6 +40,7 @@ class Settings(FollowerSettings):
     )
     service: ServiceConfig = ServiceConfig()
     curation: CurationConfig = CurationConfig()
+    manifests: ManifestsConfig = ManifestsConfig()
 
     @property
     def paths(self) -> StatePaths:
@@ -85,6 +86,7 @@ class Settings(FollowerSettings):
             warehouse=self.warehouse_config(),
             operational_dsn=SecretStr(self.operational_dsn()),
             manifest_dir=paths.manifests,
+            manifests=self.manifests,
             url_file=paths.service_url,
             port_file=paths.service_port,
             cdc_source=self.cdc.source,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import psycopg
 
 from cdc.liveness import Liveness, read_liveness, unreadable
+from manifests.objects import ManifestPlace
+from service.manifest_files import manifest_place
 from service.settings import ServiceSettings
 from warehouse.backends import open_warehouse
 from warehouse.base import Warehouse
@@ -28,6 +30,10 @@ class ServiceContext:
     _warehouse: Warehouse | None = field(default=None, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _slot: tuple[str, float] | None = field(default=None, init=False)  # (slot, monotonic s)
+    manifests: ManifestPlace = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.manifests = manifest_place(self.settings)
 
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
         """A new connection to the operational database; the caller closes it."""

@@ -11,6 +11,7 @@ leaves health checks and cheap requests free to answer.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,7 @@ from curation.jobs import Connect, JobRunner
 from curation.preview import Preview, preview_curation
 from curation.registration import CurationResult
 from manifests.meta import ManifestMeta
+from service.manifest_files import manifest_place
 from service.settings import ServiceSettings
 from warehouse.base import Warehouse
 
@@ -51,7 +53,11 @@ class CurationRuntime:
             max_rows=section.max_rows,
             lag=LagBound(section.max_lag_s, section.on_lag),
         )
-        self.manifest_dir: Path = settings.manifest_dir
+        self.manifests = manifest_place(settings)
+        # Rebuilds write in a scratch folder: the manifest folder, or a temp one (S3).
+        self.scratch_dir: Path = (
+            settings.manifest_dir if settings.manifests.url is None else Path(tempfile.gettempdir())
+        )
         self.source = warehouse
         self.connect = connect
         self.builds = ThreadPoolExecutor(BUILD_WORKERS, thread_name_prefix="curation-build")
@@ -70,7 +76,7 @@ class CurationRuntime:
     def curate(self, request: CurationRequest, scope: CancelScope | None = None) -> CurationResult:
         """Build (or reuse) and register the manifest of ``request`` (blocking)."""
         with self.connect() as conn:
-            return run_curation(request, self.source, conn, self.manifest_dir, self.limits, scope)
+            return run_curation(request, self.source, conn, self.manifests, self.limits, scope)
 
     def preview(self, request: CurationRequest) -> Preview:
         """What ``request`` would build now (blocking)."""
@@ -78,7 +84,7 @@ class CurationRuntime:
 
     def rebuild(self, manifest_id: str, meta: ManifestMeta) -> RebuildResult:
         """Rebuild a registered manifest at its pinned snapshot (blocking)."""
-        return rebuild_manifest(manifest_id, meta, self.source, self.manifest_dir, self.limits)
+        return rebuild_manifest(manifest_id, meta, self.source, self.scratch_dir, self.limits)
 
     def close(self) -> None:
         self.jobs.close()

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from curation.config import CurationConfig
-from warehouse.config import WarehouseConfig
+from warehouse.config import S3Config, WarehouseConfig
 
 
 class ServiceConfig(BaseModel):
@@ -76,11 +76,28 @@ class ServiceConfig(BaseModel):
         return value
 
 
+class ManifestsConfig(BaseModel):
+    """Where the service keeps the manifest files it builds and serves: the state folder's
+    ``manifests/`` (the default), or an S3 prefix, so that no replica keeps one on its disk
+    (``s3`` as the warehouse's: endpoint, region, keys, ``use_ssl``, ``url_style``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str | None = Field(
+        default=None,
+        pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$",
+        description="the manifest files in S3 instead (s3://bucket/prefix); unset: the "
+        "state folder's manifests/",
+    )
+    s3: S3Config = S3Config()
+
+
 class ServiceSettings(BaseModel):
     """The settings of one service process, every path and address resolved.
 
     :param operational_dsn: libpq connection string of the operational database.
-    :param manifest_dir: folder of the manifest files the service builds and serves.
+    :param manifest_dir: folder of the manifest files the service builds and serves (when
+        ``manifests.url`` is unset).
     :param url_file: where the service publishes the URL it bound.
     :param port_file: where the service remembers the port it bound, to take it again at the
         next start when ``service.port`` is 0 (none: any free port each time).
@@ -94,6 +111,7 @@ class ServiceSettings(BaseModel):
     warehouse: WarehouseConfig
     operational_dsn: SecretStr
     manifest_dir: Path
+    manifests: ManifestsConfig = ManifestsConfig()
     url_file: Path
     port_file: Path | None = None
     cdc_source: Literal["pgoutput", "debezium"] = "pgoutput"

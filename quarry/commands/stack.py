@@ -28,9 +28,16 @@ def _describe(status: StackStatus) -> str:
 @click.command()
 @STATE_DIR
 @JSON
-def up(state_dir: Path | None, as_json: bool) -> None:
+@click.option(
+    "--external",
+    is_flag=True,
+    help="Run the service and the CDC follower against the Postgres and S3 the settings "
+    "address (QUARRY_SOURCE_DSN, QUARRY_WAREHOUSE__..., QUARRY_MANIFESTS__URL), with no "
+    "embedded Postgres; the state folder keeps only logs, the URL and the admin token.",
+)
+def up(state_dir: Path | None, as_json: bool, external: bool) -> None:
     """Start the embedded stack (Postgres, warehouse, CDC, service) in the background."""
-    status = Stack(build_settings(state_dir)).up()
+    status = Stack(build_settings(state_dir)).up(external=external)
     emit(status.to_dict(), as_json, _describe(status))
     if not status.healthy:
         raise SystemExit(3)

@@ -31,7 +31,7 @@ from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, EmbeddedPostgres
 from quarry.stack.processes import Daemon
 from service.tokens import ensure_admin_token
 from warehouse.backends import open_warehouse
-from warehouse.config import ClickHouseConfig, WarehouseConfig
+from warehouse.config import ClickHouseConfig, DuckLakeConfig, WarehouseConfig
 
 T = TypeVar("T")
 
@@ -79,8 +79,37 @@ def check_stack_backend(config: WarehouseConfig) -> None:
         )
 
 
+def check_external(settings: Settings) -> None:
+    """Refuse ``up --external`` unless every part is addressed by the settings: Postgres by
+    ``source_dsn``, the warehouse (DuckLake's catalog, readers' SELECT-only login and data in
+    S3, or a ClickHouse server) and the manifests in S3, so that no state is left on this
+    machine's disk. Lists every missing setting at once."""
+    missing = []
+    if settings.source_dsn is None:
+        missing.append("QUARRY_SOURCE_DSN")
+    section = settings.warehouse
+    if isinstance(section, DuckLakeConfig):
+        for name, value in (
+            ("CATALOG_DSN", section.catalog_dsn),
+            ("READER_CATALOG_DSN", section.reader_catalog_dsn),
+            ("DATA_URL", section.data_url),
+        ):
+            if value is None:
+                missing.append(f"QUARRY_WAREHOUSE__{name}")
+    if settings.manifests.url is None:
+        missing.append("QUARRY_MANIFESTS__URL")
+    if missing:
+        raise ConfigError(
+            "`up --external` runs against Postgres and S3 by their settings alone; set "
+            + ", ".join(missing),
+            missing=missing,
+        )
+
+
 class Stack:
-    """Controls the embedded stack of ``settings.state_dir``."""
+    """Controls the embedded stack of ``settings.state_dir``: every part on this machine, or,
+    ``up(external=True)``, the service and the follower against the parts the settings
+    address (docs/deploy.md), with no embedded Postgres."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -89,14 +118,26 @@ class Stack:
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    def up(self) -> StackStatus:
+    def up(self, *, external: bool = False) -> StackStatus:
         """Start every part that is not running; wait until all are healthy."""
+        if external:
+            check_external(self.settings)
         check_stack_backend(self.settings.warehouse_config())  # before anything starts
         self.paths.ensure()
         with FileLock(str(self.paths.root / "stack.lock"), timeout=120):
-            self._start_postgres()
-            self._bootstrap_warehouse()
             record = self._read_record()
+            if record.get("external", False) != external and record.get("service"):
+                raise StackError(
+                    "this state folder's stack runs "
+                    + ("external" if record.get("external") else "embedded")
+                    + " parts; `quarry down` first"
+                )
+            if external:
+                self._prepare_external()
+            else:
+                self._start_postgres()
+            self._bootstrap_warehouse(reader_role=not external)
+            record["external"] = external
             if self._debezium_fed():
                 processes.terminate((record.pop("cdc", None) or {}).get("pid"), self._marker())
             for name in self._daemons():
@@ -114,14 +155,15 @@ class Stack:
             for name in reversed(DAEMONS):
                 processes.terminate((record.get(name) or {}).get("pid"), self._marker())
             self.paths.service_url.unlink(missing_ok=True)
-            self.postgres.stop()
+            if not record.get("external"):
+                self.postgres.stop()
             self._write_record({})
 
     def status(self) -> StackStatus:
         record = self._read_record()
         url = self._service_url()
         parts = {
-            "postgres": self._postgres_status(),
+            "postgres": self._postgres_status(external=bool(record.get("external"))),
             "cdc": self._cdc_status((record.get("cdc") or {}).get("pid")),
             "service": self._service_status((record.get("service") or {}).get("pid"), url),
         }
@@ -144,7 +186,15 @@ class Stack:
         with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), autocommit=True) as conn:
             ensure_admin_token(conn, self.paths.admin_token)
 
-    def _bootstrap_warehouse(self) -> None:
+    def _prepare_external(self) -> None:
+        """Migrate the external operational database and keep this folder's admin token
+        (the CLI's) in it: the one thing ``up --external`` writes besides logs."""
+        dsn = self.settings.operational_dsn()
+        apply_migrations(dsn, self.settings.sql_dir / "postgres")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            ensure_admin_token(conn, self.paths.admin_token)
+
+    def _bootstrap_warehouse(self, *, reader_role: bool = True) -> None:
         """Create or upgrade the warehouse's tables and views; on DuckLake, then let the
         reader role read the catalog (DuckLake creates its catalog tables on first attach).
         The config is read now: the embedded catalog's DSN carries the password that
@@ -152,7 +202,7 @@ class Stack:
         config = self.settings.warehouse_config()
         with open_warehouse(config) as warehouse:
             warehouse.bootstrap()
-        if config.backend == "ducklake":
+        if config.backend == "ducklake" and reader_role:  # external: the operator's login
             self.postgres.ensure_reader_role(CATALOG_DB)
 
     def _daemon(self, name: str) -> Daemon:
@@ -252,18 +302,17 @@ class Stack:
         path = self.paths.service_url
         return path.read_text().strip() if path.exists() else None
 
-    def _postgres_status(self) -> PartStatus:
-        if not self.postgres.is_running():
+    def _postgres_status(self, *, external: bool = False) -> PartStatus:
+        if not external and not self.postgres.is_running():
             return PartStatus(False, {"error": "not running"})
+        dsn = self.settings.operational_dsn() if external else self.postgres.dsn(OPERATIONAL_DB)
         try:
-            with psycopg.connect(self.postgres.dsn(OPERATIONAL_DB), connect_timeout=5) as conn:
+            with psycopg.connect(dsn, connect_timeout=5) as conn:
                 version = conn.execute("SHOW server_version").fetchone()
         except psycopg.Error as error:
             return PartStatus(False, {"error": str(error)})
-        return PartStatus(
-            True,
-            {"version": version[0] if version else None, "socket_dir": str(self.paths.socket_dir)},
-        )
+        where = {"external": True} if external else {"socket_dir": str(self.paths.socket_dir)}
+        return PartStatus(True, {"version": version[0] if version else None, **where})
 
     def _service_status(self, pid: int | None, url: str | None) -> PartStatus:
         if not processes.is_alive(pid, self._marker()) or url is None:

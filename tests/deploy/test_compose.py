@@ -87,6 +87,17 @@ def test_the_topology(compose: dict[str, Any]) -> None:
             assert source.startswith("./") or source in named, volume
 
 
+def test_no_quarry_container_keeps_state_on_a_volume(compose: dict[str, Any]) -> None:
+    """The replicas share Postgres and MinIO only: manifests in S3, no shared volume."""
+    for name, service in quarry_services(compose).items():
+        assert "volumes" not in service, name
+        env = {k: interpolate(str(v)) for k, v in service["environment"].items()}
+        assert env["QUARRY_MANIFESTS__URL"].startswith("s3://"), name
+        settings = settings_from({k: v for k, v in env.items() if k.startswith("QUARRY_")})
+        assert settings.service_settings().manifests.url == env["QUARRY_MANIFESTS__URL"]
+    assert "quarry-data" not in compose["volumes"]
+
+
 def test_every_quarry_variable_is_a_setting_with_its_value(compose: dict[str, Any]) -> None:
     for name, service in quarry_services(compose).items():
         env = {k: interpolate(str(v)) for k, v in service["environment"].items()}

@@ -10,44 +10,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 from pydantic import SecretStr
 
 from quarry.settings import Settings
 from quarry.stack.postgres import EmbeddedPostgres
+from tests.fixtures.s3 import moto_s3, s3_section
 from tests.warehouse.conftest import batch, episode_row, event, robot
 from warehouse.changes import Op
-from warehouse.config import DuckLakeConfig, S3Config
+from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
 from warehouse.errors import QueryError, WarehouseError
-
-KEY, SECRET = "quarry-test-key", "quarry-test-secret"
 
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[Any]:
-    """moto's S3 server on 127.0.0.1 with buckets ``lake`` and ``other``; its client."""
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://{host}:{port}",
-        aws_access_key_id=KEY,
-        aws_secret_access_key=SECRET,
-        region_name="us-east-1",
-    )
-    for bucket in ("lake", "other"):
-        client.create_bucket(Bucket=bucket)
-    client.put_object(Bucket="other", Key="secret.csv", Body=b"a\n1\n")
-    client.put_object(Bucket="lake", Key="outside/x.csv", Body=b"a\n1\n")
-    client.endpoint = f"{host}:{port}"
-    try:
+    """moto's S3 server with buckets ``lake`` and ``other``, and objects outside the lake."""
+    with moto_s3("lake", "other") as client:
+        client.put_object(Bucket="other", Key="secret.csv", Body=b"a\n1\n")
+        client.put_object(Bucket="lake", Key="outside/x.csv", Body=b"a\n1\n")
         yield client
-    finally:
-        server.stop()
 
 
 def s3_config(postgres: EmbeddedPostgres, s3: Any, name: str) -> DuckLakeConfig:
@@ -55,13 +37,7 @@ def s3_config(postgres: EmbeddedPostgres, s3: Any, name: str) -> DuckLakeConfig:
     return DuckLakeConfig(
         catalog_dsn=SecretStr(postgres.dsn(name)),
         data_url=f"s3://lake/{name}",
-        s3=S3Config(
-            endpoint=s3.endpoint,
-            key_id=SecretStr(KEY),
-            secret=SecretStr(SECRET),
-            use_ssl=False,
-            url_style="path",
-        ),
+        s3=s3_section(s3),
         data_inlining_row_limit=0,  # every commit writes Parquet: the bucket must hold it
     )
 

@@ -11,11 +11,9 @@ resolved here: 404 when no manifest has it, 400 (``reason: ambiguous_manifest_id
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import FileResponse
 
 from curation.card import manifest_card
 from curation.gc import collect_manifests
@@ -29,7 +27,6 @@ from curation.registry import (
     record_pull,
     update_manifest,
 )
-from manifests.manifest import open_manifest
 from service.api.card_schemas import ManifestCard
 from service.api.deps import Admin, Context, Curator, Reader
 from service.api.markdown import MARKDOWN, card_markdown
@@ -49,10 +46,10 @@ from service.api.schemas import (
     Tag,
 )
 from service.context import ServiceContext
-from service.errors import BadRequestError, NotFoundError
+from service.errors import BadRequestError
+from service.manifest_files import ARROW_MEDIA_TYPE, download_file, open_registered
 
 router = APIRouter(prefix="/v1/manifests", tags=["manifests"])
-ARROW_MEDIA_TYPE = "application/vnd.apache.arrow.file"
 
 
 @router.get("", responses=problem_responses(400))
@@ -75,7 +72,7 @@ def show(manifest_id: str, context: Context, _: Reader) -> ManifestDetail:
     with context.connect() as conn:
         row = get_manifest(conn, manifest_id)
         pulls = pulls_of(conn, row["id"])
-    meta = open_manifest(_existing(row)).meta
+    meta = open_registered(context.manifests, row).meta
     last = pulls["last"] or {}
     summary = PullSummary(
         count=pulls["count"],
@@ -144,12 +141,7 @@ def download(
     headers = {"ETag": etag, "Cache-Control": "public, max-age=31536000, immutable"}
     if if_none_match is not None and etag in {t.strip() for t in if_none_match.split(",")}:
         return Response(status_code=304, headers=headers)
-    return FileResponse(
-        _existing(row),
-        media_type=ARROW_MEDIA_TYPE,
-        headers=headers,
-        filename=f"{full_id}.arrow",
-    )
+    return download_file(context.manifests, row, request, headers)
 
 
 @router.post("/{manifest_id}/rebuild", responses=problem_responses(400, 404, 408, 422, 503))
@@ -160,7 +152,7 @@ async def rebuild(
     snapshot, in its own format version, and say whether the bytes (so the ID) are
     identical. Nothing is registered."""
     row = await runtime.quick(_registered, context, manifest_id)
-    meta = open_manifest(_existing(row)).meta
+    meta = (await runtime.call(open_registered, context.manifests, row)).meta
     result = await runtime.call(runtime.rebuild, row["id"], meta)
     return RebuildPublic(**result.to_dict())
 
@@ -211,7 +203,7 @@ async def card(
     dimension; SQL, snapshot and CDC position. JSON, or Markdown with
     ``Accept: text/markdown``."""
     row = await runtime.quick(_registered, context, manifest_id)
-    manifest = open_manifest(_existing(row))
+    manifest = await runtime.call(open_registered, context.manifests, row)
     body = await runtime.call(manifest_card, manifest, row, runtime.source, runtime.limits)
     if accept is not None and MARKDOWN in accept:
         return Response(card_markdown(body), media_type=f"{MARKDOWN}; charset=utf-8")
@@ -225,26 +217,13 @@ def gc(body: GcCreate, context: Context, _: Admin) -> GcPublic:
     pulled or a label (a tag or a name) points at. ``dry_run`` lists them and deletes
     nothing."""
     with context.connect() as conn:
-        report = collect_manifests(conn, context.settings.manifest_dir, dry_run=body.dry_run)
+        report = collect_manifests(conn, context.manifests, dry_run=body.dry_run)
     return GcPublic.model_validate(report.to_dict())
 
 
 def public(row: dict[str, Any]) -> ManifestPublic:
     """A registry row as the API shows it (the CDC position as an object)."""
     return ManifestPublic(**{**row, "cdc_position": position_object(row["cdc_position"])})
-
-
-def _existing(row: dict[str, Any]) -> Path:
-    path = Path(row["uri"])
-    if not path.exists():
-        retired = row.get("retired_at") is not None
-        why = "retired and its file garbage-collected" if retired else "its file is missing"
-        raise NotFoundError(
-            f"manifest {row['id']} is registered but {why}",
-            manifest_id=row["id"],
-            reason="file_collected" if retired else "file_missing",
-        )
-    return path
 
 
 def _registered(context: ServiceContext, manifest_id: str) -> dict[str, Any]:
