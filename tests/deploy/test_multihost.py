@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -91,6 +92,7 @@ def test_hosts_reach_each_other_only_over_tcp(network: Network, tmp_path: Path) 
         "tcp_address": "a",
         "tcp_loopback": "ConnectionRefusedError",
     }
+    assert b.run(["hostname"]).stdout.strip() == "b" != socket.gethostname()  # its own
     (tmp_path / "root-file").write_text("the test's own")
     seen = b.run(["sh", "-c", f"ls {network.root}; test -e {tmp_path}/root-file || echo hidden"])
     assert seen.stdout.split() == ["b", "hidden"]
