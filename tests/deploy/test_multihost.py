@@ -93,6 +93,7 @@ def test_hosts_reach_each_other_only_over_tcp(network: Network, tmp_path: Path) 
         "tcp_loopback": "ConnectionRefusedError",
     }
     assert b.run(["hostname"]).stdout.strip() == "b" != socket.gethostname()  # its own
+    assert b.run(["getent", "hosts", "a"]).stdout.split() == [a.address, "a"]  # the network's
     (tmp_path / "root-file").write_text("the test's own")
     seen = b.run(["sh", "-c", f"ls {network.root}; test -e {tmp_path}/root-file || echo hidden"])
     assert seen.stdout.split() == ["b", "hidden"]

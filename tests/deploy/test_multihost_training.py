@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 import torch
 
+from quarry.stack.postgres import _bin
 from tests.fixtures.multihost import PYTHON, VENV, Host, Network, start_moto
 from tests.trainer.test_trainer_train import consumed_samples, final_weights
 from trainer.launch import LaunchResult
@@ -53,6 +54,16 @@ JOB = {
 def role(host: Host, name: str, **arguments: Any) -> Any:
     done = host.run([PYTHON, "-m", ROLES, name, json.dumps(arguments)], timeout=300)
     return json.loads(done.stdout.splitlines()[-1])
+
+
+def open_postgres_binaries() -> None:
+    """Let the Postgres system user reach the venv's binaries, as the embedded stack does at
+    its start (``EmbeddedPostgres._hand_over``): on a host the venv is read-only, so the
+    db host could not open a parent folder itself."""
+    for parent in _bin("initdb").parents:
+        mode = parent.stat().st_mode
+        if mode & 0o055 != 0o055:
+            parent.chmod(mode | 0o055)
 
 
 def lake_env(db: Host, s3: Host, password: str) -> dict[str, str]:
@@ -143,6 +154,7 @@ def cached(node: Host) -> set[str]:
 def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_path: Path) -> None:
     db, s3, svc, cdc, fleet = (network.add(n) for n in ("db", "s3", "svc", "cdc", "fleet"))
     start_moto(s3, S3_PORT)
+    open_postgres_binaries()
     password = role(db, "postgres", state=str(db.state), address=db.address, subnet="10.77.0.0/24")
     db.wait_for_port(db.address, 5432)  # on TCP, not only its socket
     env = lake_env(db, s3, password["password"])
