@@ -132,3 +132,15 @@ def test_the_sweep_removes_a_killed_runs_namespaces() -> None:
         sleeper.kill()
         for netns in (stale, live):
             subprocess.run(["ip", "netns", "delete", netns], capture_output=True)
+
+
+def test_closing_a_network_ends_its_processes_and_namespaces(tmp_path: Path) -> None:
+    run = f"{PREFIX}{os.getpid()}-closing-"
+    net = Network(tmp_path / "hosts", run=run)
+    try:
+        sleeper = net.add("a").popen(["sleep", "600"])
+    finally:
+        net.close()  # what the fixture does when a test fails, too
+    assert sleeper.poll() is not None
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    assert run not in listed.stdout
