@@ -18,27 +18,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import boto3  # type: ignore[import-untyped]
 import httpx
 import psycopg
 
-from episodes.ingest import prepare_bytes, register
-from episodes.synth import FleetConfig, synth_episode
-from episodes.writer import WriteOptions, write_episode
-from quarry.stack.migrations import apply_migrations
-from quarry.stack.paths import StatePaths
-from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, READER_ROLE, EmbeddedPostgres
-from service.tokens import ensure_admin_token
-from trainer.config import load_config
-from trainer.launch import launch_run
-
+# Each role imports what it needs when it runs: importing torch for every role (the trainer
+# does) cost seconds per call on the shared two cores.
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql" / "postgres"
-FLEET = FleetConfig(
-    width=64, height=48, cameras=(("front", 10.0),), duration_s=(4.0, 5.0), fault_rate=0.0
-)
 
 
 def postgres(state: str, address: str, subnet: str) -> dict[str, Any]:
+    from quarry.stack.migrations import apply_migrations
+    from quarry.stack.paths import StatePaths
+    from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, READER_ROLE, EmbeddedPostgres
+    from service.tokens import ensure_admin_token
+
     server = EmbeddedPostgres(StatePaths.at(state))
     server.init()
     with (server.paths.pgdata / "postgresql.conf").open("a") as conf:
@@ -62,13 +55,22 @@ def postgres(state: str, address: str, subnet: str) -> dict[str, Any]:
 
 
 def fleet(dsn: str, s3: dict[str, str], buckets: list[str], episodes: int) -> dict[str, Any]:
+    import boto3  # type: ignore[import-untyped]
+
+    from episodes.ingest import prepare_bytes, register
+    from episodes.synth import FleetConfig, synth_episode
+    from episodes.writer import WriteOptions, write_episode
+
+    config = FleetConfig(
+        width=64, height=48, cameras=(("front", 10.0),), duration_s=(4.0, 5.0), fault_rate=0.0
+    )
     client = boto3.client("s3", region_name="us-east-1", **s3)
     for bucket in buckets:
         client.create_bucket(Bucket=bucket)
     created = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         for index in range(episodes):
-            episode = synth_episode(7, index, FLEET)
+            episode = synth_episode(7, index, config)
             buffer = io.BytesIO()
             write_episode(episode, buffer, WriteOptions())
             key = f"episodes/{episode.robot_id}/{episode.episode_id}.mcap"
@@ -93,6 +95,9 @@ def curate(url: str, token: str, sql: str, rows: int, timeout_s: float) -> dict[
 
 
 def train(settings: dict[str, Any]) -> dict[str, Any]:
+    from trainer.config import load_config
+    from trainer.launch import launch_run
+
     result = launch_run(load_config(values=settings), python=sys.executable)
     return {"exit_code": result.exit_code, "summary": result.summary}
 

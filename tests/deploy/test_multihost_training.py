@@ -153,9 +153,12 @@ def cached(node: Host) -> set[str]:
 @pytest.mark.slow
 def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_path: Path) -> None:
     db, s3, svc, cdc, fleet = (network.add(n) for n in ("db", "s3", "svc", "cdc", "fleet"))
-    start_moto(s3, S3_PORT)
     open_postgres_binaries()
-    password = role(db, "postgres", state=str(db.state), address=db.address, subnet="10.77.0.0/24")
+    pg = {"state": str(db.state), "address": db.address, "subnet": "10.77.0.0/24"}
+    starting = db.popen([PYTHON, "-m", ROLES, "postgres", json.dumps(pg)], log=db.state / "pg.log")
+    start_moto(s3, S3_PORT)  # meanwhile
+    assert starting.wait(timeout=300) == 0, (db.state / "pg.log").read_text()[-3000:]
+    password = json.loads((db.state / "pg.log").read_text().splitlines()[-1])
     db.wait_for_port(db.address, 5432)  # on TCP, not only its socket
     env = lake_env(db, s3, password["password"])
     endpoint = {"endpoint_url": f"http://{s3.address}:{S3_PORT}", **KEYS}
