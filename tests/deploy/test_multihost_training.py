@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -150,17 +151,30 @@ def cached(node: Host) -> set[str]:
     return {path.name for path in (node.state / "cache" / "objects").glob("*/*")}
 
 
-@pytest.mark.slow
-def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class DataPath:
+    """The running parts, as a trainer node sees them: the service, its token, the curated
+    manifest, S3; ``db`` to read what the service recorded."""
+
+    db: Host
+    url: str
+    token: str
+    manifest_id: str
+    s3_url: str
+
+
+def start_data_path(network: Network) -> DataPath:
+    """Postgres, S3, the fleet's episodes, the warehouse, the follower and the service, each
+    on its own host, and a curation of every episode once the follower has mirrored them."""
     db, s3, svc, cdc, fleet = (network.add(n) for n in ("db", "s3", "svc", "cdc", "fleet"))
     open_postgres_binaries()
     pg = {"state": str(db.state), "address": db.address, "subnet": "10.77.0.0/24"}
     starting = db.popen([PYTHON, "-m", ROLES, "postgres", json.dumps(pg)], log=db.state / "pg.log")
     start_moto(s3, S3_PORT)  # meanwhile
     assert starting.wait(timeout=300) == 0, (db.state / "pg.log").read_text()[-3000:]
-    password = json.loads((db.state / "pg.log").read_text().splitlines()[-1])
+    password = json.loads((db.state / "pg.log").read_text().splitlines()[-1])["password"]
     db.wait_for_port(db.address, 5432)  # on TCP, not only its socket
-    env = lake_env(db, s3, password["password"])
+    env = lake_env(db, s3, password)
     endpoint = {"endpoint_url": f"http://{s3.address}:{S3_PORT}", **KEYS}
     dsn = env["QUARRY_SOURCE_DSN"]
     role(fleet, "fleet", dsn=dsn, s3=endpoint, buckets=["fleet", "lake"], episodes=EPISODES)
@@ -170,20 +184,24 @@ def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_pa
     svc.popen([QUARRY, *serve, "--state-dir", str(svc.state)], env)
     fleet.wait_for_port(svc.address, SERVICE_PORT, timeout_s=120)
     url, token = f"http://{svc.address}:{SERVICE_PORT}", (db.state / "admin.token").read_text()
-    curated = role(
-        fleet, "curate", url=url, token=token.strip(), sql="SELECT * FROM episodes",
-        rows=EPISODES, timeout_s=120,
-    )  # fmt: skip
-    manifest_id = curated["manifest_id"]
+    sql = "SELECT * FROM episodes"
+    curated = role(fleet, "curate", url=url, token=token.strip(), sql=sql, rows=EPISODES,
+                   timeout_s=120)  # fmt: skip
+    return DataPath(db, url, token.strip(), curated["manifest_id"], endpoint["endpoint_url"])
 
+
+@pytest.mark.slow
+def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_path: Path) -> None:
+    path = start_data_path(network)
+    db, manifest_id = path.db, path.manifest_id
     job = Job(
         network,
         tmp_path,
         {
-            "token": token.strip(),
+            "token": path.token,
             "manifest.id": manifest_id,
-            "manifest.service_url": url,
-            "loader.store.s3_endpoint_url": endpoint["endpoint_url"],
+            "manifest.service_url": path.url,
+            "loader.store.s3_endpoint_url": path.s3_url,
             "loader.store.s3_key": KEYS["aws_access_key_id"],
             "loader.store.s3_secret": KEYS["aws_secret_access_key"],
             "loader.store.s3_region": "us-east-1",
@@ -218,7 +236,8 @@ def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_pa
     assert summary["steps_this_attempt"] < STEPS  # resumed from the shared checkpoints
     assert pulls(db, manifest_id).count(t1b.address) == 1  # the new node pulled once
     assert pulls(db, manifest_id).count(t0.address) == 1  # t0 kept its copy
-    assert cached(t1b) <= containers and (t1b.state / "manifests").is_dir()
+    assert (t1b.state / "manifests" / f"{manifest_id}.arrow").is_file()
+    assert cached(t1b) and cached(t1b) <= containers
 
     def as_result(run: str) -> LaunchResult:
         return LaunchResult(0, run, job.cluster / "runs" / run, reference[0]["summary"])
