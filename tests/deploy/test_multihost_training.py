@@ -34,6 +34,11 @@ EPISODES = 4
 S3_PORT, SERVICE_PORT, RDZV_PORT = 5000, 8000, 29400
 KEYS = {"aws_access_key_id": "quarry-key", "aws_secret_access_key": "quarry-secret"}
 STEPS = 24
+# torch 2.13's c10d rendezvous shares its TCP store with the workers by default; then a node
+# that replaces a lost one never joins: the surviving rank-0 agent keeps its first round's
+# store address and never publishes MASTER_ADDR in the new round, which the new node's agent
+# waits for ("wait timeout after 60000ms, keys: /torch.rendezvous.faulty.1/MASTER_ADDR").
+AGENT_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 JOB = {
     "steps": STEPS,
     "loader.batch_size": 4,
@@ -112,17 +117,16 @@ class Job:
             **values,
         }
         command = [PYTHON, "-m", ROLES, "train", json.dumps({"settings": settings})]
-        return node.popen(command, log=node.state / f"{run}.log")
+        return node.popen(command, AGENT_ENV, log=node.state / f"{run}.log")
 
 
-def outcome(node: Host, run: str, process: subprocess.Popen[Any], code: int = 0) -> Any:
-    """The agent's result (its last output line) once it ends; its exit code must be ``code``
-    (0: the job ended well; other: this agent gave up)."""
+def outcome(node: Host, run: str, process: subprocess.Popen[Any]) -> Any:
+    """The agent's result (its last output line) once it ends; the job must have ended well."""
     process.wait(timeout=150)
     log = (node.state / f"{run}.log").read_text()
     assert process.returncode == 0, log[-3000:]
     result = json.loads(log.splitlines()[-1])
-    assert (result["exit_code"] == 0) == (code == 0), log[-3000:]
+    assert result["exit_code"] == 0, log[-3000:]
     return result
 
 
@@ -219,20 +223,17 @@ def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_pa
         assert (node.state / "manifests" / f"{manifest_id}.arrow").is_file()
         assert cached(node) and cached(node) <= containers  # its share, fetched from S3
 
-    first = {n: job.start(n, "faulty", f"{t0.address}:{RDZV_PORT + 1}") for n in (t0, t1)}
+    rdzv, elastic = f"{t0.address}:{RDZV_PORT + 1}", {"launch.max_restarts": 2}
+    faulty = {n: job.start(n, "faulty", rdzv, **elastic) for n in (t0, t1)}
     wait_for(job.cluster / "checkpoints" / "faulty", "step-*/COMMITTED.json")
     assert not (job.cluster / "runs" / "faulty" / "summary.json").exists()
-    t1.kill()  # the node is gone for good
-    outcome(t0, "faulty", first[t0], code=1)  # its peer lost, t0's agent gives up
-    # The job is started again on t0 and a fresh t1b (as a cluster's job controller would);
-    # see docs/deploy.md for why not an elastic restart into the same torchrun agents.
+    t1.kill()  # the node is gone for good; a fresh one joins the same job in its place
     t1b = job.add_node("t1b")
-    rdzv = f"{t0.address}:{RDZV_PORT + 2}"
-    again = {n: job.start(n, "faulty", rdzv) for n in (t0, t1b)}
-    results = [outcome(n, "faulty", p) for n, p in again.items()]
+    late = job.start(t1b, "faulty", rdzv, **elastic)
+    results = [outcome(t0, "faulty", faulty[t0]), outcome(t1b, "faulty", late)]
     summary = results[0]["summary"] or results[1]["summary"]
     assert summary is not None
-    assert (summary["world_size"], summary["nnodes"]) == (2, 2)
+    assert (summary["world_size"], summary["nnodes"], summary["restarts"]) == (2, 2, 1)
     assert summary["steps_this_attempt"] < STEPS  # resumed from the shared checkpoints
     assert pulls(db, manifest_id).count(t1b.address) == 1  # the new node pulled once
     assert pulls(db, manifest_id).count(t0.address) == 1  # t0 kept its copy
