@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.warehouse",
     "tests.fixtures.stack",
     "tests.fixtures.clickhouse",
+    "tests.fixtures.multihost",
 ]
