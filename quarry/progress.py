@@ -25,7 +25,7 @@ class Progress:
         self._what, self._unit, self._enabled = what, unit, enabled
         self._out = out if out is not None else sys.stderr
         self._bar: tqdm[None] | None = None
-        self._last_line = 0.0
+        self._last_line: float | None = None  # monotonic() counts from boot: no 0.0 here
         self._state: tuple[int, int] | None = None
         self._printed: tuple[int, int] | None = None
 
@@ -35,7 +35,7 @@ class Progress:
         self._state = (done, total)
         if self._out.isatty():
             self._draw(done, total)
-        elif time.monotonic() - self._last_line >= LINE_EVERY_S:
+        elif self._last_line is None or time.monotonic() - self._last_line >= LINE_EVERY_S:
             self._line(done, total)
 
     def _draw(self, done: int, total: int) -> None:

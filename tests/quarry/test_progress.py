@@ -30,6 +30,22 @@ def test_into_a_file_it_writes_plain_lines_and_the_final_count(
     assert "\r" not in out.getvalue()
 
 
+def test_the_first_line_comes_at_once_on_a_machine_just_booted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """time.monotonic() counts from boot: a machine up for less than LINE_EVERY_S still gets
+    its first line at once (seen on a fresh CI machine)."""
+    monkeypatch.setattr(progress_module.time, "monotonic", lambda: 1.0)
+    out = io.StringIO()
+    with Progress("ingest", "episodes", out=out) as hook:
+        hook(1, 5)
+        hook(2, 5)
+    assert out.getvalue().splitlines() == [
+        "ingest: 1 episodes of 5 episodes (20%)",
+        "ingest: 2 episodes of 5 episodes (40%)",
+    ]
+
+
 def test_bytes_are_shown_scaled() -> None:
     out = io.StringIO()
     with Progress("warm", "B", out=out) as hook:
