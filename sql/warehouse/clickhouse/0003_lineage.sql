@@ -1,0 +1,10 @@
+-- Quarry warehouse (ClickHouse), migration 3: lineage in the warehouse (Postgres migration
+-- 0007). Each manifest's lineage (one row per episode, with the SHA-256 of the container
+-- version it read) is inserted here in one block by the service's lineage writer, before the
+-- manifest's registry row is written; rows whose manifest the registry never held are
+-- invisible in the views and collected by `quarry manifests gc`. Not versioned by commit: a
+-- manifest's rows never change once its registry row exists, and the views show them from
+-- the snapshot whose mirror holds that row. Episode ids are text, as the views show them.
+CREATE TABLE IF NOT EXISTS ${meta}.lineage (
+    manifest_id String, episode_id String, sha256 Nullable(String)
+) ENGINE = MergeTree ORDER BY (manifest_id, episode_id);
