@@ -146,7 +146,8 @@ def time_sql(
     timed = time_curations(api, lake, conn, p.sql_repeats)
     stride = SPEC.anchor_stride + p.sql_repeats
     timed["breakdown_s"] = profile_curation(lake, conn, out, stride, p.curation_timeout_s)
-    wait_for_mirror(lake, conn, "manifest_episodes", -1)
+    wait_for_mirror(lake, conn, "manifests", -1)
+    timed["registration"] = timed["breakdown_s"].pop("registration")
     return timed
 
 
@@ -321,6 +322,9 @@ def report(
         "rows_bulk": p.bulk_rows,
         "rows_bulk_s": round(bulk_s, 3),
         "seconds_by_rows": {rows: round(size["seconds"], 4) for rows, size in sizes.items()},
+        # the lineage registration at the bulk size: this release's (warehouse file, then the
+        # registry row) beside the one before it (a Postgres row per episode), same lineage
+        "registration_bulk": sizes[p.bulk_rows].get("registration"),
         "params": {**asdict(p), "curation_sql": CURATION_SQL, "sample_spec": SPEC.to_dict()},
         "fleet_params": fleet,
         "bulk_note": NOTE,

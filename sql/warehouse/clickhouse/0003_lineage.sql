@@ -8,3 +8,10 @@
 CREATE TABLE IF NOT EXISTS ${meta}.lineage (
     manifest_id String, episode_id String, sha256 Nullable(String)
 ) ENGINE = MergeTree ORDER BY (manifest_id, episode_id);
+
+-- The mirror of Postgres's manifest_episodes retires: the table left the publication, so
+-- the follower must not wait for (or backfill) it.
+DROP VIEW IF EXISTS ${views}.manifest_episodes;
+DROP VIEW IF EXISTS ${meta}.live_manifest_episodes;
+DROP TABLE IF EXISTS ${mirror}.manifest_episodes;
+DELETE FROM ${meta}.mirror_tables WHERE table_name = 'manifest_episodes';

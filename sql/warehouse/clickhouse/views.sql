@@ -72,14 +72,6 @@ SELECT * EXCEPT (_rank) FROM (
     FROM ${mirror}.manifests WHERE _commit <= {snapshot:UInt64}
 ) WHERE _rank = 1 AND NOT _deleted;
 
-CREATE OR REPLACE VIEW ${meta}.live_manifest_episodes AS
-SELECT * EXCEPT (_rank) FROM (
-    SELECT *, row_number() OVER (
-        PARTITION BY manifest_id, episode_id ORDER BY _lsn DESC, _seq DESC
-    ) AS _rank
-    FROM ${mirror}.manifest_episodes WHERE _commit <= {snapshot:UInt64}
-) WHERE _rank = 1 AND NOT _deleted;
-
 CREATE OR REPLACE VIEW ${views}.episodes AS
 WITH flags AS (
     SELECT episode_id, arraySort(groupArray(flag)) AS quality_flags
