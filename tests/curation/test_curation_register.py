@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from pydantic import SecretStr
 
+from curation.guard import CurationRefusedError, check_curation
 from curation.lineage import (
     carry_over_lineage,
     collect_lineage,
@@ -33,7 +34,7 @@ from tests.fixtures.clickhouse import ChdbEngine
 from tests.fixtures.postgres import SQL_DIR
 from tests.fixtures.warehouse import new_warehouse_config
 from warehouse.backends import open_warehouse
-from warehouse.base import LINEAGE_VIEW, Warehouse
+from warehouse.base import CURATION_VIEWS, LINEAGE_VIEW, Warehouse
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
 from warehouse.errors import WarehouseError
@@ -322,3 +323,10 @@ def test_an_unreachable_lineage_store_is_a_warehouse_error(
     finally:
         lake.close()
     assert pg_conn.execute("SELECT count(*) FROM manifests").fetchone() == (0,)
+
+
+def test_curations_read_the_lineage_view_and_never_the_raw_rows() -> None:
+    views = frozenset(CURATION_VIEWS)
+    check_curation("SELECT episode_id FROM manifest_episodes WHERE manifest_id = 'x'", views)
+    with pytest.raises(CurationRefusedError):
+        check_curation(f"SELECT * FROM {LINEAGE_VIEW}", views)
