@@ -31,6 +31,7 @@ from manifests.meta import ManifestMeta
 from quarry.stack.migrations import apply_migrations
 from quarry.stack.postgres import LINEAGE_ROLE, EmbeddedPostgres
 from tests.fixtures.clickhouse import ChdbEngine
+from tests.fixtures.lineage import add_episodes, add_legacy_lineage
 from tests.fixtures.postgres import SQL_DIR
 from tests.fixtures.warehouse import new_warehouse_config
 from warehouse.backends import open_warehouse
@@ -78,23 +79,6 @@ def stored(lake: Warehouse, manifest_id: str = MANIFEST_ID) -> list[str]:
 def visible(lake: Warehouse, manifest_id: str = MANIFEST_ID) -> int:
     sql = f"SELECT count(*) AS n FROM manifest_episodes WHERE manifest_id = '{manifest_id}'"
     return int(lake.query_arrow(sql)["n"][0].as_py())
-
-
-def add_episodes(conn: psycopg.Connection[Any], ids: list[str], pipeline: int = 1) -> None:
-    """Minimal episode rows: what the lineage queries join (stamps and status)."""
-    robot, task = uuid.uuid4().hex, uuid.uuid4().hex
-    conn.execute("INSERT INTO robots (id, model, site) VALUES (%s, 'arm', 'lab')", (robot,))
-    conn.execute("INSERT INTO tasks (id) VALUES (%s)", (task,))
-    with conn.cursor().copy(
-        "COPY episodes (id, robot_id, task_id, site, operator, started_at, ended_at, start_ns, "
-        "end_ns, steps, control_hz, success, uri, size_bytes, sha256, topics, schema_version, "
-        "pipeline_version, robot_sw_version) FROM STDIN"
-    ) as copy:
-        for episode_id in ids:
-            copy.write_row(
-                (episode_id, robot, task, "lab", "op", "2026-01-01", "2026-01-01", 0, 10, 1,
-                 10.0, True, f"file:///{episode_id}", 1, "s", "[]", 1, pipeline, "1")
-            )  # fmt: skip
 
 
 @pytest.fixture
@@ -266,16 +250,8 @@ def test_an_upgrade_carries_the_lineage_rows_over_with_the_same_answers(
     other = "cd" * 32
     with psycopg.connect(before_0007, autocommit=True) as conn:
         add_episodes(conn, ids)
-        for manifest_id, held in ((MANIFEST_ID, ids), (other, ids[:10])):
-            conn.execute(
-                "INSERT INTO manifests (id, reuse_key, sql, sample_spec, snapshot_id, "
-                "cdc_position, rows, samples, size_bytes, uri, author) VALUES "
-                "(%s, 'k', 's', '{}', 1, '', 1, 1, 1, '/m', 'a')",
-                (manifest_id,),
-            )
-            with conn.cursor().copy("COPY manifest_episodes FROM STDIN") as copy:
-                for episode_id in held:
-                    copy.write_row((manifest_id, episode_id))
+        add_legacy_lineage(conn, MANIFEST_ID, ids)
+        add_legacy_lineage(conn, other, ids[:10])
         published = "SELECT tablename FROM pg_publication_tables ORDER BY 1"
         assert ("manifest_episodes",) in conn.execute(published).fetchall()
         apply_migrations(before_0007, SQL_DIR)
@@ -295,15 +271,7 @@ def test_a_carry_over_interrupted_midway_repeats_without_duplicates(
     ids = [str(uuid.UUID(int=i + 1)) for i in range(4)]
     with psycopg.connect(before_0007, autocommit=True) as conn:
         add_episodes(conn, ids)
-        conn.execute(
-            "INSERT INTO manifests (id, reuse_key, sql, sample_spec, snapshot_id, "
-            "cdc_position, rows, samples, size_bytes, uri, author) VALUES "
-            "(%s, 'k', 's', '{}', 1, '', 1, 1, 1, '/m', 'a')",
-            (MANIFEST_ID,),
-        )
-        with conn.cursor().copy("COPY manifest_episodes FROM STDIN") as copy:
-            for episode_id in ids:
-                copy.write_row((MANIFEST_ID, episode_id))
+        add_legacy_lineage(conn, MANIFEST_ID, ids)
         apply_migrations(before_0007, SQL_DIR)
         lake.append_lineage(MANIFEST_ID, lineage_of(ids[:2]))  # an earlier try's rows
         assert carry_over_lineage(conn, lake) == 1

@@ -9,9 +9,14 @@ CREATE TABLE IF NOT EXISTS ${meta}.lineage (
     manifest_id String, episode_id String, sha256 Nullable(String)
 ) ENGINE = MergeTree ORDER BY (manifest_id, episode_id);
 
--- The mirror of Postgres's manifest_episodes retires: the table left the publication, so
--- the follower must not wait for (or backfill) it.
+-- The mirror of Postgres's manifest_episodes retires: the table left the publication, and
+-- counts as loaded (a newer row of the mirror_tables log), so the follower never backfills
+-- it; a change of it still in the slot from before the upgrade lands there, where nothing
+-- reads it.
 DROP VIEW IF EXISTS ${views}.manifest_episodes;
 DROP VIEW IF EXISTS ${meta}.live_manifest_episodes;
-DROP TABLE IF EXISTS ${mirror}.manifest_episodes;
-DELETE FROM ${meta}.mirror_tables WHERE table_name = 'manifest_episodes';
+INSERT INTO ${meta}.mirror_tables
+    (table_name, key_columns, loaded_lsn, truncated_lsn, truncated_seq, _commit)
+SELECT table_name, key_columns, ifNull(loaded_lsn, 0), truncated_lsn, truncated_seq, _commit
+FROM ${meta}.mirror_tables WHERE table_name = 'manifest_episodes'
+ORDER BY _commit DESC, _written DESC LIMIT 1;

@@ -9,10 +9,10 @@ CREATE TABLE IF NOT EXISTS lineage.manifest_episodes (
     manifest_id VARCHAR, episode_id VARCHAR, sha256 VARCHAR
 );
 
--- The mirror of Postgres's manifest_episodes retires: the table left the publication, so
--- the follower must not wait for (or backfill) it. The table itself stays, unregistered (old
--- snapshots read it): dropping it here makes DuckLake 1.5.5 fail later reads of the mirror's
--- inlined rows ("INTERNAL Error: Attempted to access index 0 within vector of size 0",
--- tests/cdc/test_cdc_follower.py).
+-- The mirror of Postgres's manifest_episodes retires: the table left the publication, and
+-- counts as loaded, so the follower never backfills it; a change of it still in the slot from
+-- before the upgrade lands there, where nothing reads it. (Dropping the table instead makes
+-- DuckLake 1.5.5 fail later reads of the mirror's inlined rows.)
 DROP VIEW IF EXISTS main.manifest_episodes;
-DELETE FROM quarry_meta.mirror_tables WHERE table_name = 'manifest_episodes';
+UPDATE quarry_meta.mirror_tables SET loaded_lsn = 0
+WHERE table_name = 'manifest_episodes' AND loaded_lsn IS NULL;
