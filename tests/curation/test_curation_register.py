@@ -1,12 +1,15 @@
 """Registering a built manifest: its lineage (every episode once, with its container's
-SHA-256) in the warehouse first, its registry row last; a crash between the two leaves
-lineage that no query shows and the collection deletes; the same bytes registered again keep
-the first lineage; the lineage writer's own catalog login; an upgrade carries the lineage
-rows Postgres held over to the warehouse."""
+SHA-256) in the warehouse first, its registry row last; a crash between the two (an injected
+failure, a killed process) leaves lineage that no query shows and the collection deletes;
+the same bytes registered again keep the first lineage; the lineage writer's own catalog
+login; an upgrade carries the lineage rows Postgres held over to the warehouse."""
 
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -298,3 +301,46 @@ def test_curations_read_the_lineage_view_and_never_the_raw_rows() -> None:
     check_curation("SELECT episode_id FROM manifest_episodes WHERE manifest_id = 'x'", views)
     with pytest.raises(CurationRefusedError):
         check_curation(f"SELECT * FROM {LINEAGE_VIEW}", views)
+
+
+_KILLED_AFTER_LINEAGE = """
+import os, signal, sys
+from pathlib import Path
+import psycopg, pyarrow as pa
+from pydantic import SecretStr
+from curation.registration import CurationResult, ManifestAnnotation, register_manifest
+from manifests.meta import ManifestMeta
+from warehouse.config import DuckLakeConfig
+from warehouse.ducklake.backend import DuckLakeWarehouse
+
+catalog, data, dsn, manifest_id, *ids = sys.argv[1:]
+lake = DuckLakeWarehouse(DuckLakeConfig(catalog_dsn=SecretStr(catalog), data_path=Path(data)))
+
+def write(manifest, episodes):
+    lake.append_lineage(manifest, episodes)
+    os.kill(os.getpid(), signal.SIGKILL)  # between the two writes, the registry's still open
+
+result = CurationResult(manifest_id, len(ids), len(ids), 1, 7, False, Path("/m.arrow"))
+meta = ManifestMeta(sql="SELECT id FROM episodes", sample_spec={}, snapshot_id=7)
+rows = pa.table({"episode_id": ids, "sha256": ["s"] * len(ids)})
+with psycopg.connect(dsn) as conn:
+    register_manifest(conn, write, result, meta, "k", "t", ManifestAnnotation(), rows)
+"""
+
+
+def test_a_process_killed_between_the_writes_leaves_neither_registered(
+    pg_conn: psycopg.Connection[Any], pg_dsn: str, lake: DuckLakeWarehouse
+) -> None:
+    ids = [str(uuid.UUID(int=i + 1)) for i in range(3)]
+    config = lake.config
+    assert config.catalog_dsn is not None and config.data_path is not None
+    args = [config.catalog_dsn.get_secret_value(), str(config.data_path), pg_dsn, MANIFEST_ID]
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_AFTER_LINEAGE, *args, *ids], timeout=120, check=False
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert pg_conn.execute("SELECT count(*) FROM manifests").fetchone() == (0,)
+    assert stored(lake) == ids and visible(lake) == 0
+    assert collect_lineage(pg_conn, lake) == [MANIFEST_ID]
+    register(pg_conn, lake, ids)
+    assert stored(lake) == ids
