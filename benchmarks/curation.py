@@ -16,8 +16,13 @@ Both manifests must hold the same rows. Bulk rows then grow the warehouse's epis
 each of ``sql_rows`` (inserted straight into the DuckLake mirror tables from DuckDB's
 ``range()``: this measures curation, not CDC), and the same curation is timed at each size
 (``sql_s_10k``, ``sql_s_100k``, ``rows_43m_s``), with the service's peak memory (its
-``VmHWM``) after each size. Prints one JSON line with the pinned parameters, the sizes and
-the machine's load.
+``VmHWM``) after each size. Each size's ``registration`` (and ``registration_bulk``, the
+largest size's) puts this release's lineage registration beside the one before it, on the
+same lineage: ``new_s`` (the registry transaction, with ``new_lineage_s``, the lineage's one
+file in the warehouse) and ``old_s`` (one row per episode COPYed into a Postgres table shaped
+like the old ``manifest_episodes``, as the release before 0007 did; its CDC traffic is not
+replayed), and the WAL bytes of each. Prints one JSON line with the pinned parameters, the
+sizes and the machine's load.
 
 ``--backend clickhouse`` also copies the DuckLake mirror's rows, at every size, into a chDB
 warehouse in this process (``curation_bench/house.py``) and builds the same curation there
@@ -146,7 +151,8 @@ def time_sql(
     timed = time_curations(api, lake, conn, p.sql_repeats)
     stride = SPEC.anchor_stride + p.sql_repeats
     timed["breakdown_s"] = profile_curation(lake, conn, out, stride, p.curation_timeout_s)
-    wait_for_mirror(lake, conn, "manifest_episodes", -1)
+    wait_for_mirror(lake, conn, "manifests", -1)
+    timed["registration"] = timed["breakdown_s"].pop("registration")
     return timed
 
 
@@ -267,6 +273,7 @@ def measure(p: Params, folder: Path, backend: str) -> dict[str, Any]:
         fleet = note("fleet", asdict(build_fleet(p, fs, conn)))
         fleet["cdc_wait_s"] = round(wait_for_mirror(lake, conn, "episodes", p.episodes), 1)
         curate(api, 1, "SELECT id FROM episodes LIMIT 1")  # opens the service's reader
+        lake.lineage_manifests()  # opens this process's lineage writer, as the service's is
         walk = note("walk", measure_walk(endpoint, log, folder / "walk"))
         sql = note("sql", time_sql(p, lake, conn, api, stack.paths.root / "profiled"))
         served = stack.paths.manifests / f"{sql['manifest_id']}.arrow"
@@ -321,6 +328,9 @@ def report(
         "rows_bulk": p.bulk_rows,
         "rows_bulk_s": round(bulk_s, 3),
         "seconds_by_rows": {rows: round(size["seconds"], 4) for rows, size in sizes.items()},
+        # the lineage registration at the bulk size: this release's (warehouse file, then the
+        # registry row) beside the one before it (a Postgres row per episode), same lineage
+        "registration_bulk": sizes[p.bulk_rows].get("registration"),
         "params": {**asdict(p), "curation_sql": CURATION_SQL, "sample_spec": SPEC.to_dict()},
         "fleet_params": fleet,
         "bulk_note": NOTE,

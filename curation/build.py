@@ -28,6 +28,7 @@ from curation.compose import (
 from curation.errors import EmptyCurationError
 from curation.freshness import LagBound, check_lag, warehouse_lag_s
 from curation.guard import CheckedQuery, CurationRefusedError, check_curation
+from curation.lineage import lineage_rows
 from curation.norm import norm_stats
 from curation.params import ParamValue
 from curation.registration import (
@@ -83,6 +84,8 @@ class CurationSource(Protocol):
     ) -> pa.Table: ...
 
     def cancel(self, tag: str) -> None: ...
+
+    def append_lineage(self, manifest_id: str, episodes: pa.Table) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,7 @@ def run_curation(
     if existing is not None:
         return replace(existing, warehouse_lag_s=lag, lag_warning=warning)
     with place.staging() as out_dir:
-        info, meta, episode_ids = build_at(
+        info, meta, lineage = build_at(
             checked, spec, snapshot, source, limits, out_dir, scope, allow_empty=request.allow_empty
         )
         location = place.publish(info)
@@ -196,7 +199,7 @@ def run_curation(
     if scope is not None:
         scope.check()
     return register_manifest(
-        conn, result, meta, key, request.author, request.annotation, episode_ids
+        conn, source.append_lineage, result, meta, key, request.author, request.annotation, lineage
     )
 
 
@@ -211,10 +214,11 @@ def build_at(
     *,
     allow_empty: bool = True,
     format_version: int = FORMAT_VERSION,
-) -> tuple[ManifestInfo, ManifestMeta, list[str]]:
+) -> tuple[ManifestInfo, ManifestMeta, pa.Table]:
     """Query the curation at ``snapshot`` and write its manifest, of ``format_version`` (a
     rebuild writes its original's), under ``out_dir``; the same arguments over the same
-    warehouse give the same bytes. Returns the manifest, its metadata and its episode ids.
+    warehouse give the same bytes. Returns the manifest, its metadata and its lineage
+    (:func:`curation.lineage.lineage_rows`).
 
     :raises EmptyCurationError: no slice holds a sample and not ``allow_empty`` (before
         anything is written).
@@ -235,8 +239,7 @@ def build_at(
     if scope is not None:
         scope.check()
     info = build_manifest(table, meta, out_dir)
-    ids = pc.unique(table["episode_id"])
-    return info, meta, ids.take(pc.sort_indices(ids)).to_pylist()
+    return info, meta, lineage_rows(table)
 
 
 def _recorded_position(

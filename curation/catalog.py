@@ -11,6 +11,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from curation.errors import BadRequestError
+from curation.lineage import LineageStore, count_holders
 from curation.registry import require_episode
 
 _SUMMARY = (
@@ -57,9 +58,12 @@ def list_episodes(
     return rows, rows[-1]["id"] if more else None
 
 
-def get_episode(conn: psycopg.Connection[Any], episode_id: uuid.UUID) -> dict[str, Any]:
-    """Everything the operational database holds about one episode: its row, its quality
-    flags, how many labels and manifests it has, and its retraction log (oldest first)."""
+def get_episode(
+    conn: psycopg.Connection[Any], store: LineageStore, episode_id: uuid.UUID
+) -> dict[str, Any]:
+    """Everything known about one episode: its row, its quality flags, how many labels and
+    registered manifests (by the warehouse's lineage) it has, and its retraction log
+    (oldest first)."""
     require_episode(conn, episode_id)
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(f"SELECT {_DETAIL} FROM episodes WHERE id = %s", (episode_id,)).fetchone()
@@ -69,9 +73,8 @@ def get_episode(conn: psycopg.Connection[Any], episode_id: uuid.UUID) -> dict[st
             (episode_id,),
         ).fetchall()
         counts = cur.execute(
-            "SELECT (SELECT count(*) FROM episode_labels WHERE episode_id = %(id)s) AS labels, "
-            "(SELECT count(*) FROM manifest_episodes WHERE episode_id = %(id)s) AS manifests",
-            {"id": episode_id},
+            "SELECT count(*) AS labels FROM episode_labels WHERE episode_id = %s",
+            (episode_id,),
         ).fetchone()
         retractions = cur.execute(
             "SELECT reason, author, created_at FROM episode_retractions WHERE episode_id = %s "
@@ -83,7 +86,7 @@ def get_episode(conn: psycopg.Connection[Any], episode_id: uuid.UUID) -> dict[st
         **_public(row),
         "quality_flags": [f["flag"] for f in flags],
         "labels": int(counts["labels"]),
-        "manifests": int(counts["manifests"]),
+        "manifests": count_holders(conn, store, episode_id),
         "retractions": retractions,
     }
 

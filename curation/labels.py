@@ -21,6 +21,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from curation.errors import BadRequestError, NotFoundError
+from curation.lineage import LineageStore
 from curation.registry import manifests_containing, require_episode
 
 log = logging.getLogger(__name__)
@@ -75,7 +76,11 @@ def list_labels(conn: psycopg.Connection[Any], episode_id: uuid.UUID) -> list[di
 
 
 def retract_episode(
-    conn: psycopg.Connection[Any], episode_id: uuid.UUID, reason: str, author: str
+    conn: psycopg.Connection[Any],
+    store: LineageStore,
+    episode_id: uuid.UUID,
+    reason: str,
+    author: str,
 ) -> dict[str, Any]:
     """Retract the episode (idempotent) and list the manifests that already hold it."""
     with conn.transaction():
@@ -98,7 +103,7 @@ def retract_episode(
         "episode_id": str(episode_id),
         "status": "retracted",
         "already_retracted": already,
-        "manifests": manifests_containing(conn, episode_id),
+        "manifests": manifests_containing(conn, store, episode_id),
     }
 
 

@@ -1,4 +1,4 @@
-"""A built manifest into the registry (its row and its lineage, in one transaction), and the
+"""A built manifest into the registry (its lineage in the warehouse, then its row), and the
 registered manifest a curation may reuse instead of building.
 
 A manifest's name, tags and description live here, with its author and creation time, never
@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow as pa
 
 from curation.errors import EmptyCurationError
+from curation.lineage import lock_key
 from manifests.meta import ManifestMeta
 
 
@@ -124,22 +126,34 @@ def annotate(
 
 def register_manifest(
     conn: psycopg.Connection[Any],
+    write_lineage: Callable[[str, pa.Table], None],
     result: CurationResult,
     meta: ManifestMeta,
     key: str,
     author: str,
     annotation: ManifestAnnotation,
-    episode_ids: list[str],
+    episodes: pa.Table,
 ) -> CurationResult:
-    """Register a built manifest and its lineage (every episode once) in one transaction.
-    The same bytes built before, under another reuse key, keep their row and lineage and are
-    annotated instead (:func:`annotate`)."""
+    """Register a built manifest and its lineage (``episodes``: each episode id and container
+    SHA-256 once, :func:`curation.lineage.lineage_rows`): the lineage goes to the warehouse
+    first, under the manifest's ID (``write_lineage``: ``Warehouse.append_lineage``), and
+    the registry row last, so a crash between them
+    leaves lineage that nothing reads until :func:`curation.lineage.collect_lineage` deletes
+    it. The same bytes built before, under another reuse key, keep their row and lineage and
+    are annotated instead (:func:`annotate`)."""
     tags = sorted(set(annotation.tags))
     with conn.transaction():
-        inserted = conn.execute(
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(result.manifest_id),))
+        held = conn.execute(
+            "SELECT 1 FROM manifests WHERE id = %s FOR UPDATE", (result.manifest_id,)
+        ).fetchone()
+        if held is not None:
+            return annotate(conn, result, annotation)
+        write_lineage(result.manifest_id, episodes)
+        conn.execute(
             "INSERT INTO manifests (id, reuse_key, sql, sample_spec, snapshot_id, cdc_position,"
             " rows, samples, size_bytes, uri, author, name, tags, description) VALUES (%s, %s,"
-            " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO NOTHING",
+            " %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 result.manifest_id,
                 key,
@@ -156,14 +170,7 @@ def register_manifest(
                 tags,
                 annotation.description,
             ),
-        ).rowcount
-        if inserted == 0:
-            conn.execute("SELECT 1 FROM manifests WHERE id = %s FOR UPDATE", (result.manifest_id,))
-            return annotate(conn, result, annotation)
-        copy_sql = "COPY manifest_episodes (manifest_id, episode_id) FROM STDIN"
-        with conn.cursor().copy(copy_sql) as copy:
-            for episode_id in episode_ids:
-                copy.write_row((result.manifest_id, episode_id))
+        )
     return replace(
         result, name=annotation.name, tags=tuple(tags), description=annotation.description
     )

@@ -1,5 +1,5 @@
 """The manifest registry in Postgres: what was built, by whom, when, and from which episodes
-(lineage: the manifests that hold an episode, the stale episodes of a manifest); manifests
+(the manifests that hold an episode, by the lineage of :mod:`curation.lineage`); manifests
 named by ID or unique ID prefix; their name, tags, description and retirement; their pulls.
 
 (Registering a built manifest is :mod:`curation.registration`.)
@@ -17,6 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from curation.errors import AmbiguousManifestError, BadRequestError, NotFoundError
+from curation.lineage import LineageStore, holders
 from manifests.errors import ManifestIdError
 from manifests.manifest import manifest_ref
 
@@ -185,45 +186,22 @@ _REF_COLUMNS = "m.id, m.rows, m.samples, m.snapshot_id, m.author, m.created_at"
 
 
 def manifests_containing(
-    conn: psycopg.Connection[Any], episode_id: uuid.UUID, limit: int = 1000
+    conn: psycopg.Connection[Any],
+    store: LineageStore,
+    episode_id: uuid.UUID,
+    limit: int = 1000,
 ) -> list[dict[str, Any]]:
-    """The registered manifests that hold ``episode_id``, newest first (at most ``limit``)."""
+    """The registered manifests that hold ``episode_id`` (by the warehouse's lineage),
+    newest first (at most ``limit``)."""
+    stored = holders(store, episode_id)
+    if not stored:
+        return []
     with conn.cursor(row_factory=dict_row) as cur:
         return cur.execute(
-            f"SELECT {_REF_COLUMNS} FROM manifest_episodes me "
-            "JOIN manifests m ON m.id = me.manifest_id WHERE me.episode_id = %s "
+            f"SELECT {_REF_COLUMNS} FROM manifests m WHERE m.id = ANY(%s) "
             "ORDER BY m.created_at DESC, m.id DESC LIMIT %s",
-            (episode_id, limit),
+            (stored, limit),
         ).fetchall()
-
-
-def manifest_episodes(
-    conn: psycopg.Connection[Any],
-    manifest_id: str,
-    *,
-    pipeline_below: int | None,
-    limit: int,
-    after: uuid.UUID | None,
-) -> tuple[list[dict[str, Any]], str | None]:
-    """The episodes of the registered manifest ``manifest_id`` (a full ID, as
-    :func:`get_manifest` resolves it) with their stamps and status, by episode id; only
-    those with ``pipeline_version < pipeline_below`` when given (the stale ones, to
-    reprocess). Keyset-paginated: pass the returned cursor as ``after``."""
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            "SELECT e.id AS episode_id, e.pipeline_version, e.schema_version, "
-            "e.robot_sw_version, e.status FROM manifest_episodes me "
-            "JOIN episodes e ON e.id = me.episode_id WHERE me.manifest_id = %s "
-            "AND (%s::integer IS NULL OR e.pipeline_version < %s) "
-            "AND (%s::uuid IS NULL OR me.episode_id > %s) "
-            "ORDER BY me.episode_id LIMIT %s",
-            (manifest_id, pipeline_below, pipeline_below, after, after, limit + 1),
-        ).fetchall()
-    more = len(rows) > limit
-    rows = rows[:limit]
-    for row in rows:
-        row["episode_id"] = str(row["episode_id"])
-    return rows, rows[-1]["episode_id"] if more else None
 
 
 def parse_episode_id(value: str) -> uuid.UUID:

@@ -15,7 +15,13 @@ from cdc.settings import FollowerSettings
 from curation.config import CurationConfig
 from quarry.errors import ConfigError
 from quarry.stack.paths import StatePaths
-from quarry.stack.postgres import CATALOG_DB, OPERATIONAL_DB, READER_ROLE, EmbeddedPostgres
+from quarry.stack.postgres import (
+    CATALOG_DB,
+    LINEAGE_ROLE,
+    OPERATIONAL_DB,
+    READER_ROLE,
+    EmbeddedPostgres,
+)
 from service.settings import ManifestsConfig, ServiceConfig, ServiceSettings
 from warehouse.config import ENV_PREFIX, DuckLakeConfig, WarehouseConfig
 from warehouse.errors import WarehouseError
@@ -68,6 +74,9 @@ class Settings(FollowerSettings):
             limits["catalog_dsn"] = SecretStr(embedded.dsn(CATALOG_DB))
             if section.reader_catalog_dsn is None:
                 limits["reader_catalog_dsn"] = SecretStr(embedded.dsn(CATALOG_DB, user=READER_ROLE))
+            if section.lineage_catalog_dsn is None and embedded.paths.pg_lineage_password.exists():
+                lineage = embedded.dsn(CATALOG_DB, user=LINEAGE_ROLE)
+                limits["lineage_catalog_dsn"] = SecretStr(lineage)
         if isinstance(section, DuckLakeConfig) and not (section.data_path or section.data_url):
             limits["data_path"] = self.paths.warehouse
         config = section.model_copy(update=limits)

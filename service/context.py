@@ -40,8 +40,9 @@ class ServiceContext:
         return psycopg.connect(self.settings.operational_dsn.get_secret_value(), connect_timeout=5)
 
     def warehouse(self) -> Warehouse:
-        """The warehouse of the settings' backend, for reads only: the service never opens
-        its writer."""
+        """The warehouse of the settings' backend, for reads and manifests' lineage: the
+        service never opens its CDC writer, and appends lineage through the lineage
+        writer's own login (``lineage_catalog_dsn`` / ``lineage_dsn``)."""
         with self._lock:
             if self._warehouse is None:
                 self._warehouse = open_warehouse(self.settings.warehouse)

@@ -32,6 +32,13 @@ CURATION_VIEWS: tuple[str, ...] = (
     "manifests",
     "manifest_episodes",
 )
+#: The internal view of every lineage row as written, registered manifest or not (never in
+#: the allow-list): the service's lineage queries read it and keep the rows of manifests the
+#: registry holds. ``manifest_episodes`` is its rows whose manifest is mirrored.
+LINEAGE_VIEW = "manifest_lineage"
+#: Columns of a manifest's lineage: one row per episode, with its container's SHA-256 (the
+#: version the manifest read; NULL for lineage carried over from before it was recorded).
+LINEAGE_COLUMNS: tuple[str, ...] = ("manifest_id", "episode_id", "sha256")
 _TAG = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -163,6 +170,23 @@ class Warehouse(ABC):
         """Stop the running read queries tagged ``tag``, from any thread, without waiting:
         each fails with a ``QueryError``. A query that starts afterwards is not affected;
         cancel again to stop it."""
+
+    @abstractmethod
+    def append_lineage(self, manifest_id: str, episodes: pa.Table) -> None:
+        """Store manifest ``manifest_id``'s lineage (``episodes``: string columns
+        ``episode_id`` and ``sha256``, one row per episode) as one file or part, replacing
+        any rows stored under that ID before (an attempt whose registration never
+        finished). Written through the lineage writer's own login, never the reader's;
+        nothing reads the rows as a manifest's lineage until the registry holds the
+        manifest."""
+
+    @abstractmethod
+    def drop_lineage(self, manifest_id: str) -> None:
+        """Delete the lineage rows stored under ``manifest_id`` (one never registered)."""
+
+    @abstractmethod
+    def lineage_manifests(self) -> set[str]:
+        """Every manifest ID that lineage rows are stored under."""
 
     @abstractmethod
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:

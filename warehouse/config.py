@@ -98,6 +98,11 @@ class DuckLakeConfig(_Section):
         description="the catalog login of readers (SELECT only); unset: the embedded "
         "stack's quarry_reader, else catalog_dsn",
     )
+    lineage_catalog_dsn: SecretStr | None = Field(
+        default=None,
+        description="the catalog login of the lineage writer (writes the catalog's rows, "
+        "no superuser); unset: the embedded stack's quarry_lineage, else catalog_dsn",
+    )
     alias: str = Field(
         default="wh",
         pattern=r"^[a-z_][a-z0-9_]*$",
@@ -162,6 +167,11 @@ class ClickHouseConfig(_Section):
     dsn: SecretStr | None = Field(default=None, description="the writer's server (a secret)")
     reader_dsn: SecretStr | None = Field(
         default=None, description="the readers' account (a secret; see docs/warehouse.md)"
+    )
+    lineage_dsn: SecretStr | None = Field(
+        default=None,
+        description="the lineage writer's account (INSERT and DELETE on "
+        "<database>_meta.lineage; a secret); unset: dsn",
     )
     database: str = Field(
         default="quarry",

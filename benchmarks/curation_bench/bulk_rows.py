@@ -47,7 +47,8 @@ SELECT id, $robots[robot], $tasks[task], $sites[robot], $operators[operator],
        20000 + h1 % 20000,
        printf('%016x%016x%016x%016x', h1, hash(i, $seed, 2), hash(i, $seed, 3), hash(i, $seed, 4)),
        CAST($topics AS JSON), 'active', 1, 1, $versions[robot],
-       CAST('{{"bulk": true}}' AS JSON), now(), now(), 1, 0, false
+       CAST('{{"bulk": true}}' AS JSON), now(), now(), 1, 0, false,
+       NULL  -- instruction (warehouse migration 0005 added it after the meta columns)
 FROM (
     SELECT *, {BULK_EPOCH_NS} + i * 1000000000 AS start_ns,
            {BULK_EPOCH_NS} + i * 1000000000 + steps * {CONTROL_PERIOD_NS} AS end_ns

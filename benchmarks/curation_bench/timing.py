@@ -14,6 +14,7 @@ from typing import Any, cast
 
 import httpx
 import psycopg
+import pyarrow as pa
 from pinned import CURATION_SQL, SPEC
 
 from curation.build import CurationLimits, CurationRequest, run_curation
@@ -62,12 +63,13 @@ def time_curations(
     """``repeats`` builds of ``CURATION_SQL``: the median seconds, and the first build (at
     ``SPEC``; the others raise the anchor stride by one each).
 
-    Each build registers its manifest and episodes in Postgres, which CDC then mirrors; the
-    next build starts once that is done, so no run competes with the previous one's CDC."""
+    Each build writes its lineage to the warehouse and registers its manifest in Postgres,
+    which CDC then mirrors; the next build starts once that is done, so no run competes with
+    the previous one's CDC."""
     runs = []
     for repeat in range(repeats):
         runs.append(curate(api, SPEC.anchor_stride + repeat))
-        wait_for_mirror(warehouse, conn, "manifest_episodes", -1)
+        wait_for_mirror(warehouse, conn, "manifests", -1)
     seconds = [run["seconds"] for run in runs]
     return {
         "seconds": statistics.median(seconds),
@@ -84,6 +86,7 @@ class TimedSource:
 
     def __init__(self, warehouse: Warehouse) -> None:
         self._warehouse = warehouse
+        self.lineage: pa.Table | None = None  # the last lineage written
         self.seconds: dict[str, float] = {}
         self.sql: dict[str, str] = {}  # the last query of each kind
 
@@ -123,6 +126,14 @@ class TimedSource:
         finally:
             self._add(_query_kind(sql), started)
 
+    def append_lineage(self, manifest_id: str, episodes: pa.Table) -> None:
+        self.lineage = episodes
+        started = time.perf_counter()
+        try:
+            self._warehouse.append_lineage(manifest_id, episodes)
+        finally:
+            self._add("lineage", started)
+
 
 class TimedConnection:
     """A Postgres connection that adds up the seconds of its transactions: a build opens
@@ -131,15 +142,18 @@ class TimedConnection:
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
         self.seconds = 0.0
+        self.wal_bytes = 0
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
+        before = wal_position(self._conn)
         started = time.perf_counter()
         try:
             with self._conn.transaction() as tx:
                 yield tx
         finally:
             self.seconds += time.perf_counter() - started
+            self.wal_bytes += wal_since(self._conn, before)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -178,4 +192,65 @@ def profile_curation(
     seconds["write_and_register"] = round(total - sum(source.seconds.values()), 4)
     seconds["register"] = round(timed.seconds, 4)
     manifest_sql = source.sql.get("query_manifest")
-    return {"total": round(total, 4), **seconds, "manifest": str(result.path), "sql": manifest_sql}
+    lineage = source.lineage if source.lineage is not None else pa.table({"episode_id": []})
+    registration = {
+        "episodes": lineage.num_rows,
+        "new_s": seconds["register"],
+        "new_lineage_s": seconds.get("lineage", 0.0),
+        "new_wal_bytes": timed.wal_bytes,
+        **old_registration(conn, result.manifest_id, lineage),
+    }
+    return {
+        "total": round(total, 4),
+        **seconds,
+        "manifest": str(result.path),
+        "sql": manifest_sql,
+        "registration": registration,
+    }
+
+
+def wal_position(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    return str(row[0]) if row else "0/0"
+
+
+def wal_since(conn: psycopg.Connection[Any], before: str) -> int:
+    """Bytes of WAL written (by anyone) since position ``before``."""
+    row = conn.execute(
+        "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s::pg_lsn)", (before,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+#: The lineage table before Postgres migration 0007 (0001, less the foreign key 0003 dropped).
+_OLD_TABLE = "bench_old_manifest_episodes"
+_OLD_DDL = (
+    f"CREATE TABLE {_OLD_TABLE} (manifest_id text NOT NULL, episode_id uuid NOT NULL, "
+    "PRIMARY KEY (manifest_id, episode_id))",
+    f"CREATE INDEX {_OLD_TABLE}_episode ON {_OLD_TABLE} (episode_id)",
+)
+
+
+def old_registration(
+    conn: psycopg.Connection[Any], manifest_id: str, lineage: pa.Table
+) -> dict[str, Any]:
+    """The lineage registration before migration 0007, replayed on the same lineage: one
+    row per episode COPYed, in one transaction, into a table shaped like the old
+    ``manifest_episodes`` (its primary key and episode index); seconds and WAL bytes. The old
+    table was also in the CDC publication, which sent every row on to the warehouse: that
+    cost is not replayed here."""
+    for statement in _OLD_DDL:
+        conn.execute(statement)  # constant text
+    try:
+        before = wal_position(conn)
+        started = time.perf_counter()
+        with conn.transaction():
+            copy_sql = f"COPY {_OLD_TABLE} (manifest_id, episode_id) FROM STDIN"
+            with conn.cursor().copy(copy_sql) as copy:
+                for episode_id in lineage["episode_id"].to_pylist():
+                    copy.write_row((manifest_id, episode_id))
+        seconds = time.perf_counter() - started
+        wal = wal_since(conn, before)
+    finally:
+        conn.execute(f"DROP TABLE {_OLD_TABLE}")
+    return {"old_s": round(seconds, 4), "old_wal_bytes": wal}

@@ -208,7 +208,8 @@ def edit(
 def gc(state_dir: Path | None, as_json: bool, dry_run: bool) -> None:
     """Delete the service's unreferenced manifest files: those no registry row names (an hour
     after they were written) and retired manifests' files, except those a trainer pulled or
-    a label (a tag or a name) points at."""
+    a label (a tag or a name) points at; and the warehouse's lineage of manifests the
+    registry never held (a registration that crashed between its two writes)."""
     report = _client(state_dir).post_json("/v1/manifests/gc", {"dry_run": dry_run})
     emit(report, as_json, _describe_gc(report))
 
@@ -219,5 +220,6 @@ def _describe_gc(report: dict[str, Any]) -> str:
         f"{verb} {f['path']} ({f['reason']}, {f['size_bytes']} bytes)" for f in report["deleted"]
     ]
     lines += [f"kept {k['manifest_id']}: {k['detail']}" for k in report["kept"]]
+    lines += [f"{verb} the lineage of unregistered {m}" for m in report.get("lineage", [])]
     lines.append(f"{verb} {len(report['deleted'])} files, {report['freed_bytes']} bytes")
     return "\n".join(lines)

@@ -100,8 +100,12 @@ def serve(state_dir: Path | None, host: str | None, port: int | None, source: st
 @STATE_DIR
 def migrate(state_dir: Path | None) -> None:
     """Apply Quarry's migrations to the operational database (forward only) and create or
-    upgrade the warehouse's tables: the one-shot step of a deployment whose Postgres and
+    upgrade the warehouse's tables, carrying lineage that an upgrade set aside over to the
+    warehouse: the one-shot step of a deployment whose Postgres and
     warehouse are not the embedded stack's (QUARRY_SOURCE_DSN, QUARRY_WAREHOUSE__...)."""
+    import psycopg
+
+    from curation.lineage import carry_over_lineage
     from warehouse.backends import open_warehouse
 
     settings = build_settings(state_dir)
@@ -113,9 +117,16 @@ def migrate(state_dir: Path | None) -> None:
     config = settings.warehouse_config()
     check_stack_backend(config)
     applied = apply_migrations(settings.operational_dsn(), settings.sql_dir / "postgres")
-    with open_warehouse(config) as warehouse:
+    with (
+        open_warehouse(config) as warehouse,
+        psycopg.connect(settings.operational_dsn()) as conn,
+    ):
         warehouse.bootstrap()
-    click.echo(f"migrations applied: {len(applied)}; warehouse ready ({config.backend})")
+        carried = carry_over_lineage(conn, warehouse)
+    click.echo(
+        f"migrations applied: {len(applied)}; lineage carried over: {carried} manifests; "
+        f"warehouse ready ({config.backend})"
+    )
 
 
 def register(group: click.Group) -> None:

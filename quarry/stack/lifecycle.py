@@ -23,6 +23,7 @@ from filelock import FileLock
 
 from cdc.debezium import SLOT_PREFIX
 from cdc.liveness import Liveness, liveness_at, writer_slot
+from curation.lineage import carry_over_lineage
 from quarry.errors import ConfigError, StackError
 from quarry.settings import Settings
 from quarry.stack import processes
@@ -196,7 +197,8 @@ class Stack:
 
     def _bootstrap_warehouse(self, *, reader_role: bool = True) -> None:
         """Create or upgrade the warehouse's tables and views; on DuckLake, then let the
-        reader role read the catalog (DuckLake creates its catalog tables on first attach).
+        reader role read the catalog and the lineage role write its rows (DuckLake creates
+        its catalog tables on first attach); carry lineage rows an upgrade set aside over.
         The config is read now: the embedded catalog's DSN carries the password that
         starting Postgres the first time writes."""
         config = self.settings.warehouse_config()
@@ -204,6 +206,13 @@ class Stack:
             warehouse.bootstrap()
         if config.backend == "ducklake" and reader_role:  # external: the operator's login
             self.postgres.ensure_reader_role(CATALOG_DB)
+            self.postgres.ensure_lineage_role(CATALOG_DB)
+            config = self.settings.warehouse_config()  # now with the lineage writer's login
+        with (
+            open_warehouse(config) as warehouse,
+            psycopg.connect(self.postgres.dsn(OPERATIONAL_DB)) as conn,
+        ):
+            carry_over_lineage(conn, warehouse)
 
     def _daemon(self, name: str) -> Daemon:
         args = {"service": ("serve",), "cdc": ("cdc", "follow")}[name]

@@ -64,6 +64,11 @@ class StatePaths(NodeLayout):
         return self.root / "pg-password"
 
     @property
+    def pg_lineage_password(self) -> Path:
+        """The password of the catalog's lineage writer (mode 0600), made with its role."""
+        return self.root / "pg-lineage-password"
+
+    @property
     def stack_file(self) -> Path:
         return self.root / "stack.json"
 

@@ -33,6 +33,9 @@ CATALOG_DB = "quarry_catalog"
 # The login the service's warehouse reader uses for the DuckLake catalog: SELECT only, no
 # superuser, so a query cannot reach server files through the catalog connection.
 READER_ROLE = "quarry_reader"
+# The login the service's lineage writer uses for the DuckLake catalog: it writes the
+# catalog's rows (a lineage append is one DuckLake commit), creates nothing, no superuser.
+LINEAGE_ROLE = "quarry_lineage"
 
 # Written once into postgresql.conf by ``init``. Logical decoding needs wal_level=logical.
 _SERVER_CONF = """
@@ -88,9 +91,10 @@ class EmbeddedPostgres:
         """A libpq connection string over the Unix socket. Every login but the catalog
         reader needs the password; see :meth:`_require_passwords`."""
         base = f"host={self.paths.socket_dir} user={user} dbname={dbname}"
-        if user == READER_ROLE or not self.password_file.exists():
+        secret = self.paths.pg_lineage_password if user == LINEAGE_ROLE else self.password_file
+        if user == READER_ROLE or not secret.exists():
             return base
-        return f"{base} password={self.password_file.read_text().strip()}"
+        return f"{base} password={secret.read_text().strip()}"
 
     def is_initialized(self) -> bool:
         return (self.paths.pgdata / "PG_VERSION").exists()
@@ -210,6 +214,37 @@ class EmbeddedPostgres:
                 "GRANT USAGE ON SCHEMA public TO {}",
                 "GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}",
                 "ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT SELECT ON TABLES TO {}",
+            ):
+                conn.execute(sql.SQL(statement).format(role))
+
+    def ensure_lineage_role(self, database: str) -> None:
+        """A login (with a password of its own, in the state folder) that may read and write
+        the rows of ``database``'s tables, now and in the future, and create nothing."""
+        secret = self.paths.pg_lineage_password
+        if not secret.exists():
+            temp = secret.with_suffix(".tmp")
+            descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(descriptor, "w") as file:
+                file.write(secrets.token_urlsafe(24) + "\n")
+            temp.replace(secret)
+        password = sql.Literal(secret.read_text().strip())
+        role, db = sql.Identifier(LINEAGE_ROLE), sql.Identifier(database)
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (LINEAGE_ROLE,))
+            verb = "ALTER" if exists.fetchone() is not None else "CREATE"
+            conn.execute(
+                sql.SQL(
+                    verb + " ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION "
+                    "PASSWORD {}"
+                ).format(role, password)
+            )
+            conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(db, role))
+        rights = "SELECT, INSERT, UPDATE, DELETE"
+        with psycopg.connect(self.dsn(database), autocommit=True) as conn:
+            for statement in (
+                "GRANT USAGE ON SCHEMA public TO {}",
+                f"GRANT {rights} ON ALL TABLES IN SCHEMA public TO {{}}",
+                f"ALTER DEFAULT PRIVILEGES IN SCHEMA public GRANT {rights} ON TABLES TO {{}}",
             ):
                 conn.execute(sql.SQL(statement).format(role))
 

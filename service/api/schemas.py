@@ -231,6 +231,11 @@ class GcPublic(BaseModel):
     deleted: list[GcFile] = Field(description="deleted, or with dry_run what would be")
     kept: list[GcKept] = Field(description="retired manifests kept, and why")
     freed_bytes: int
+    lineage: list[str] = Field(
+        default_factory=list,
+        description="manifest IDs whose lineage was deleted (or would be): the registry "
+        "never held them (a registration that crashed between its two writes)",
+    )
 
 
 class ManifestPage(BaseModel):

@@ -31,7 +31,6 @@ MIRRORED = (
     "episode_labels",
     "episode_stats",
     "manifests",
-    "manifest_episodes",
 )
 
 

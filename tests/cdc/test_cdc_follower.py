@@ -101,7 +101,7 @@ def test_truncate_and_schema_change(
         )
         with pg_conn.transaction():
             # manifest_pulls (not published) references manifests: truncated with it
-            pg_conn.execute("TRUNCATE manifest_episodes, manifests, manifest_pulls")
+            pg_conn.execute("TRUNCATE manifests, manifest_pulls")
             pg_conn.execute(
                 "INSERT INTO manifests (id, reuse_key, sql, sample_spec, "
                 "snapshot_id, cdc_position, rows, samples, size_bytes, uri, author)"

@@ -47,8 +47,9 @@ def house(chdb: ChdbEngine) -> Iterator[Warehouse]:
 
 def curate(house: Warehouse, snapshot: int, out: Path) -> tuple[str, list[str], bytes]:
     checked, spec = check_request(CurationRequest(CURATION, SPEC))
-    info, _, ids = build_at(checked, spec, snapshot, house, LIMITS, out)
-    return info.manifest_id, sorted(str(i) for i in ids), info.path.read_bytes()
+    info, _, lineage = build_at(checked, spec, snapshot, house, LIMITS, out)
+    ids = sorted(str(i) for i in lineage["episode_id"].to_pylist())
+    return info.manifest_id, ids, info.path.read_bytes()
 
 
 def test_a_pushed_down_filter_never_resurrects_an_older_version(

@@ -116,9 +116,10 @@ def test_old_manifests_rebuild_identical_after_the_column(
                 "ON i.episode_id = e.id WHERE i.instruction = 'open the drawer'"
             )
             checked, spec = check_request(CurationRequest(sql, SPEC))
-            _, _, ids = build_at(
+            _, _, lineage = build_at(
                 checked, spec, new.current_snapshot(), new, LIMITS, tmp_path / f"new-{name}"
             )
-            assert sorted(ids) == sorted([episode_id(40), episode_id(6)]), name
+            ids = lineage["episode_id"].to_pylist()
+            assert ids == sorted([episode_id(40), episode_id(6)]), name
         finally:
             new.close()

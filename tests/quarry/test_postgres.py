@@ -25,6 +25,8 @@ def test_migrated_schema_has_publication(pg_conn: psycopg.Connection[tuple[objec
         "SELECT tablename FROM pg_publication_tables WHERE pubname = 'quarry_cdc'"
     ).fetchall()
     assert {"episodes", "episode_stats", "manifests"} <= {t for (t,) in tables}
+    # Lineage lives in the warehouse (migration 0007): no row per episode through CDC.
+    assert not {"manifest_episodes", "manifest_episodes_legacy"} & {t for (t,) in tables}
 
 
 def test_migrations_are_idempotent(pg_dsn: str) -> None:

@@ -1,7 +1,8 @@
 """``quarry manifests gc`` (``POST /v1/manifests/gc``): the service's manifest folder loses the
 files no registry row names (an hour after they were written), partial writes, and retired
 manifests' files, but never a file a trainer pulled (each download is recorded) or one a label
-(a tag or a name) points at; ``--dry-run`` lists the same and deletes nothing."""
+(a tag or a name) points at; and the warehouse's lineage of manifests never registered;
+``--dry-run`` lists the same and deletes nothing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 
 from loader.config import ManifestConfig
@@ -20,6 +22,7 @@ from loader.delivery import deliver_manifest
 from quarry.stack.lifecycle import Stack
 from tests.fixtures.curation import api_client
 from tests.fixtures.stack import run_json, run_quarry
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 HOUR_AND_A_HALF_AGO = time.time() - 5400
 
@@ -153,3 +156,18 @@ def test_gc_needs_the_admin_scope(corpus: Stack) -> None:
     with api_client(corpus) as client:
         client.headers["Authorization"] = f"Bearer {token}"
         assert client.post("/v1/manifests/gc", json={"dry_run": True}).status_code == 403
+
+
+def test_gc_deletes_the_lineage_of_a_manifest_that_never_registered(
+    api: httpx.Client, corpus: Stack, corpus_lake: DuckLakeWarehouse
+) -> None:
+    orphan = "0f" * 32  # lineage written, then the registration crashed before its row
+    rows = pa.table({"episode_id": ["00000000-0000-4000-8000-000000000001"], "sha256": ["x"]})
+    corpus_lake.append_lineage(orphan, rows)
+    dry = run_json(corpus.settings.state_dir, "manifests", "gc", "--dry-run")
+    assert orphan in dry["lineage"]
+    assert orphan in corpus_lake.lineage_manifests()
+    done = api.post("/v1/manifests/gc", json={"dry_run": False})
+    assert done.status_code == 200, done.text
+    assert orphan in done.json()["lineage"]
+    assert orphan not in corpus_lake.lineage_manifests()

@@ -44,7 +44,7 @@ def register_v1(stack: Stack, lake: DuckLakeWarehouse) -> dict[str, Any]:
     request = CurationRequest(SQL, {"anchor_stride": 4}, author="before-v2")
     checked, spec = check_request(request)
     snapshot = lake.current_snapshot()
-    info, meta, ids = build_at(
+    info, meta, lineage = build_at(
         checked,
         spec,
         snapshot,
@@ -64,7 +64,9 @@ def register_v1(stack: Stack, lake: DuckLakeWarehouse) -> dict[str, Any]:
     )
     with psycopg.connect(stack.settings.operational_dsn()) as conn:
         key = reuse_key(checked, spec, snapshot)
-        register_manifest(conn, result, meta, key, "before-v2", ManifestAnnotation(), ids)
+        annotation = ManifestAnnotation()
+        write = lake.append_lineage
+        register_manifest(conn, write, result, meta, key, "before-v2", annotation, lineage)
     return {"manifest_id": info.manifest_id, "path": info.path, "rows": info.num_rows}
 
 

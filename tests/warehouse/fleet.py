@@ -8,6 +8,8 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
+
 from tests.warehouse.conftest import Event, batch, episode_row, event, robot
 from warehouse.changes import ChangeBatch, Op
 from warehouse.rows import Layout, TextRows
@@ -97,17 +99,21 @@ def _manifest(lsn: int) -> ChangeBatch:
     }
     row |= {"snapshot_id": 1, "cdc_position": "", "rows": 3, "samples": 9, "size_bytes": 1}
     row |= {"uri": "u", "author": "a", "created_at": datetime(2024, 2, 1, tzinfo=UTC)}
-    members = [
-        event(
-            Op.CREATE,
-            "manifest_episodes",
-            lsn,
-            2 + n,
-            after={"manifest_id": "m1", "episode_id": episode_id(n)},
+    return batch(event(Op.CREATE, "manifests", lsn, after=row))
+
+
+def lineage() -> dict[str, pa.Table]:
+    """The fleet's lineage, as registration writes it to the warehouse: m1's three episodes,
+    and m2's, whose registration never finished (no manifests row: invisible)."""
+    return {
+        manifest_id: pa.table(
+            {
+                "episode_id": [episode_id(n) for n in range(count)],
+                "sha256": [f"{n:064x}" for n in range(count)],
+            }
         )
-        for n in range(3)
-    ]
-    return batch(event(Op.CREATE, "manifests", lsn, after=row), *members)
+        for manifest_id, count in (("m1", 3), ("m2", 2))
+    }
 
 
 def _changes(lsn: int) -> ChangeBatch:

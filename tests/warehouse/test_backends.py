@@ -53,7 +53,7 @@ from tests.cdc.conftest import (
 from tests.fixtures.clickhouse import ChdbEngine
 from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.conftest import batch, episode_row, event, robot
-from tests.warehouse.fleet import fleet
+from tests.warehouse.fleet import fleet, lineage
 from warehouse.backends import dialect_of, open_warehouse
 from warehouse.base import CURATION_VIEWS, Warehouse
 from warehouse.changes import ChangeBatch, ColumnSpec, Op, Position, SnapshotChunk, TableSpec
@@ -143,9 +143,10 @@ def test_bootstrap_is_idempotent(case: Case) -> None:
     assert case.warehouse.current_snapshot() == before
     assert case.warehouse.position() is None
     assert case.warehouse.mirrored_tables()["episode_stats"] == ("episode_id", "field", "dim")
-    # Every curation view but episode_instructions is named after the table behind it.
+    # Every curation view but episode_instructions (episodes.instruction) and
+    # manifest_episodes (the warehouse's own lineage) is named after the table behind it.
     assert case.warehouse.unloaded_tables() == sorted(
-        set(CURATION_VIEWS) - {"episode_instructions"}
+        set(CURATION_VIEWS) - {"episode_instructions", "manifest_episodes"}
     )
     described = case.warehouse.describe_tables()["episodes"]
     assert dict(described.columns)["topics"] == "JSON"
@@ -171,7 +172,7 @@ VIEW_TYPES = {
     "manifests": "id:string reuse_key:string sql:string sample_spec:string snapshot_id:int64 "
     "cdc_position:string rows:int64 samples:int64 size_bytes:int64 uri:string author:string "
     "created_at:timestamp[us,tz=Etc/UTC]",
-    "manifest_episodes": "manifest_id:string episode_id:string",
+    "manifest_episodes": "manifest_id:string episode_id:string sha256:string",
 }
 
 
@@ -562,6 +563,9 @@ CURATIONS = [
     "end_ns, CASE WHEN success THEN 'ok' ELSE 'bad' END AS outcome FROM episodes ORDER BY id",
     "SELECT m.id, count(*) AS episodes FROM manifests AS m JOIN manifest_episodes AS me "
     "ON me.manifest_id = m.id GROUP BY m.id ORDER BY m.id",
+    "SELECT manifest_id, episode_id, sha256 FROM manifest_episodes ORDER BY episode_id",
+    "SELECT manifest_id, count(*) AS n FROM manifest_lineage GROUP BY manifest_id "
+    "ORDER BY manifest_id",
     "SELECT id FROM episodes WHERE started_at >= TIMESTAMPTZ '2024-01-03 00:00:00+00' "
     "AND lower(operator) LIKE 'c%' ORDER BY id",
     "SELECT task_id, count(DISTINCT robot_id) AS robots FROM episodes GROUP BY task_id "
@@ -598,6 +602,9 @@ def fleets(
     for change in fleet():
         for case in cases.values():
             case.warehouse.apply(change)
+    for manifest_id, rows in lineage().items():
+        for case in cases.values():
+            case.warehouse.append_lineage(manifest_id, rows)
     yield cases
     for case in cases.values():
         _close(request, case)

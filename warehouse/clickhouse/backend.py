@@ -40,6 +40,7 @@ from warehouse.clickhouse.apply import (
     tombstone_statement,
 )
 from warehouse.clickhouse.client import connect, failure
+from warehouse.clickhouse.lineage import ClickHouseLineage
 from warehouse.clickhouse.maintenance import maintain_clickhouse
 from warehouse.clickhouse.meta import (
     SCHEMA_CHANGE,
@@ -85,6 +86,7 @@ class ClickHouseWarehouse(Warehouse):
         self._sql_dir = sql_dir or SQL_DIR
         self._reader = ClickHouseReader(config)
         self._writer: Client | None = None
+        self._lineage = ClickHouseLineage(config, self._names)
         self._repaired = False
         self._tables: dict[str, MirrorTable] | None = None
         self._views: tuple[int, dict[str, frozenset[str]]] | None = None
@@ -303,6 +305,17 @@ class ClickHouseWarehouse(Warehouse):
         ).result_rows
         return bool(rows)
 
+    # -- lineage (its own client, see warehouse.clickhouse.lineage) -------------------------
+
+    def append_lineage(self, manifest_id: str, episodes: pa.Table) -> None:
+        self._lineage.append(manifest_id, episodes)
+
+    def drop_lineage(self, manifest_id: str) -> None:
+        self._lineage.drop(manifest_id)
+
+    def lineage_manifests(self) -> set[str]:
+        return self._lineage.manifests()
+
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
         """Expire snapshots older than ``config.snapshot_retain_s`` that no manifest
         references and delete the row versions only they could read; see
@@ -414,4 +427,5 @@ class ClickHouseWarehouse(Warehouse):
     def close(self) -> None:
         with self._lock:
             self._drop_writer()
+        self._lineage.close()
         self._reader.close()

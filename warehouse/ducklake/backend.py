@@ -23,6 +23,7 @@ from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.apply import apply_rows, insert_rows
 from warehouse.ducklake.connection import attach_lake, is_transient, new_database
+from warehouse.ducklake.lineage import LakeLineage
 from warehouse.ducklake.maintenance import maintain_lake
 from warehouse.ducklake.reader import LakeReader
 from warehouse.ducklake.schema import SQL_DIR, apply_sql_files
@@ -53,6 +54,7 @@ class DuckLakeWarehouse(Warehouse):
         self._reader = LakeReader(config)
         self._versions = LakeVersions(self._reader.fetch, config.alias, MIRROR)
         self._writer: duckdb.DuckDBPyConnection | None = None
+        self._lineage = LakeLineage(config)
         self._tables: dict[str, MirrorTable] | None = None
         self._lock = threading.RLock()
 
@@ -289,6 +291,17 @@ class DuckLakeWarehouse(Warehouse):
             raise WarehouseError("DuckLake reported no committed snapshot after a commit")
         return int(row[0])
 
+    # -- lineage (its own writer, see warehouse.ducklake.lineage) ----------------------------
+
+    def append_lineage(self, manifest_id: str, episodes: pa.Table) -> None:
+        self._lineage.append(manifest_id, episodes)
+
+    def drop_lineage(self, manifest_id: str) -> None:
+        self._lineage.drop(manifest_id)
+
+    def lineage_manifests(self) -> set[str]:
+        return self._lineage.manifests()
+
     def maintain(self, *, protect: Collection[int] = ()) -> MaintenanceReport:
         """Purge old tombstones, flush inlined rows, merge small files, rewrite mostly-deleted
         files, expire snapshots older than ``config.snapshot_retain_s`` that no manifest
@@ -365,4 +378,5 @@ class DuckLakeWarehouse(Warehouse):
     def close(self) -> None:
         with self._lock:
             self._drop_writer()
+        self._lineage.close()
         self._reader.close()

@@ -59,12 +59,21 @@ def new_database(
     return con
 
 
-def attach_lake(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig, *, read_only: bool) -> None:
-    """Attach the lake under ``config.alias`` and make it the default catalog."""
+def attach_lake(
+    con: duckdb.DuckDBPyConnection,
+    config: DuckLakeConfig,
+    *,
+    read_only: bool,
+    lineage: bool = False,
+) -> None:
+    """Attach the lake under ``config.alias`` and make it the default catalog. ``lineage``:
+    as the lineage writer (its own login, every insert a Parquet file, never inlined)."""
     config.check_complete()
     dsn = config.catalog_dsn
     if read_only and config.reader_catalog_dsn is not None:
         dsn = config.reader_catalog_dsn
+    if lineage and config.lineage_catalog_dsn is not None:
+        dsn = config.lineage_catalog_dsn
     assert dsn is not None
     if config.data_url is not None:
         _s3_secret(con, config)
@@ -72,7 +81,8 @@ def attach_lake(con: duckdb.DuckDBPyConnection, config: DuckLakeConfig, *, read_
     if read_only:
         options.append("READ_ONLY")
     else:
-        options.append(f"DATA_INLINING_ROW_LIMIT {int(config.data_inlining_row_limit)}")
+        limit = 0 if lineage else int(config.data_inlining_row_limit)
+        options.append(f"DATA_INLINING_ROW_LIMIT {limit}")
     target = literal("ducklake:postgres:" + dsn.get_secret_value())
     try:
         con.execute(f"ATTACH {target} AS {ident(config.alias)} ({', '.join(options)})")

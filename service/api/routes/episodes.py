@@ -2,8 +2,8 @@
 segments), retraction and restore, lineage.
 
 Labels, retractions and restores are written to the operational database and reach the
-curation views by CDC, like every other change; lineage is read from the manifest registry
-there.
+curation views by CDC, like every other change; lineage is read from the warehouse's lineage
+rows, kept to the manifests the registry holds.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def show(episode_id: str, context: Context, _: Reader) -> EpisodeDetail:
     """One episode: its row, quality flags, label and manifest counts, retraction log."""
     key = parse_episode_id(episode_id)
     with context.connect() as conn:
-        return EpisodeDetail.model_validate(get_episode(conn, key))
+        return EpisodeDetail.model_validate(get_episode(conn, context.warehouse(), key))
 
 
 @router.post("/{episode_id}/labels", status_code=201, responses=problem_responses(400, 404, 422))
@@ -106,7 +106,7 @@ def retract(
     key = parse_episode_id(episode_id)
     reason = body.reason if body is not None else ""
     with context.connect() as conn:
-        retraction = retract_episode(conn, key, reason, principal.name)
+        retraction = retract_episode(conn, context.warehouse(), key, reason, principal.name)
     return RetractionPublic.model_validate(retraction)
 
 
@@ -139,5 +139,5 @@ def manifests(
     key = parse_episode_id(episode_id)
     with context.connect() as conn:
         require_episode(conn, key)
-        rows = manifests_containing(conn, key, limit)
+        rows = manifests_containing(conn, context.warehouse(), key, limit)
     return EpisodeManifests(episode_id=str(key), manifests=[ManifestRef(**row) for row in rows])

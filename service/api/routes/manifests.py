@@ -17,12 +17,12 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from curation.card import manifest_card
 from curation.gc import collect_manifests
+from curation.lineage import collect_lineage, manifest_episodes
 from curation.registration import position_object
 from curation.registry import (
     ManifestChange,
     get_manifest,
     list_manifests,
-    manifest_episodes,
     pulls_of,
     record_pull,
     update_manifest,
@@ -174,7 +174,12 @@ def episodes(
     with context.connect() as conn:
         full_id = get_manifest(conn, manifest_id)["id"]
         rows, next_cursor = manifest_episodes(
-            conn, full_id, pipeline_below=pipeline_version_below, limit=limit, after=after
+            conn,
+            context.warehouse(),
+            full_id,
+            pipeline_below=pipeline_version_below,
+            limit=limit,
+            after=after,
         )
     return ManifestEpisodePage(
         manifest_id=full_id,
@@ -214,11 +219,12 @@ async def card(
 def gc(body: GcCreate, context: Context, _: Admin) -> GcPublic:
     """Delete the manifest folder's unreferenced files: files no registry row names (and
     partial writes), once an hour old, and retired manifests' files, except those anyone
-    pulled or a label (a tag or a name) points at. ``dry_run`` lists them and deletes
-    nothing."""
+    pulled or a label (a tag or a name) points at; and the lineage of manifests the registry
+    never held. ``dry_run`` lists them and deletes nothing."""
     with context.connect() as conn:
         report = collect_manifests(conn, context.manifests, dry_run=body.dry_run)
-    return GcPublic.model_validate(report.to_dict())
+        orphans = collect_lineage(conn, context.warehouse(), dry_run=body.dry_run)
+    return GcPublic.model_validate({**report.to_dict(), "lineage": orphans})
 
 
 def public(row: dict[str, Any]) -> ManifestPublic:

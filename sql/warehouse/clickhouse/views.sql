@@ -72,14 +72,6 @@ SELECT * EXCEPT (_rank) FROM (
     FROM ${mirror}.manifests WHERE _commit <= {snapshot:UInt64}
 ) WHERE _rank = 1 AND NOT _deleted;
 
-CREATE OR REPLACE VIEW ${meta}.live_manifest_episodes AS
-SELECT * EXCEPT (_rank) FROM (
-    SELECT *, row_number() OVER (
-        PARTITION BY manifest_id, episode_id ORDER BY _lsn DESC, _seq DESC
-    ) AS _rank
-    FROM ${mirror}.manifest_episodes WHERE _commit <= {snapshot:UInt64}
-) WHERE _rank = 1 AND NOT _deleted;
-
 CREATE OR REPLACE VIEW ${views}.episodes AS
 WITH flags AS (
     SELECT episode_id, arraySort(groupArray(flag)) AS quality_flags
@@ -162,9 +154,17 @@ SELECT id, reuse_key, sql, sample_spec, snapshot_id, cdc_position, rows, samples
        uri, author, created_at
 FROM ${meta}.live_manifests(snapshot = {snapshot:UInt64});
 
+-- A manifest's lineage is written before its registry row; it shows here from the snapshot
+-- whose mirror holds that row, so a lineage whose manifest never registered never does.
 CREATE OR REPLACE VIEW ${views}.manifest_episodes AS
-SELECT manifest_id, toString(episode_id) AS episode_id
-FROM ${meta}.live_manifest_episodes(snapshot = {snapshot:UInt64});
+SELECT manifest_id, episode_id, sha256 FROM ${meta}.lineage
+WHERE manifest_id IN (SELECT id FROM ${meta}.live_manifests(snapshot = {snapshot:UInt64}));
+
+-- Every lineage row as written (warehouse.base.LINEAGE_VIEW): the service's lineage queries
+-- keep those of the manifests its registry holds, mirrored yet or not. Lineage rows carry no
+-- commit; the snapshot every view takes is unused here.
+CREATE OR REPLACE VIEW ${views}.manifest_lineage AS
+SELECT manifest_id, episode_id, sha256 FROM ${meta}.lineage WHERE {snapshot:UInt64} >= 0;
 
 -- Internal views: what a manifest build reads besides the curation, keyed by the raw episode
 -- UUID so that joins on it can skip data. Not in the curation allow-list

@@ -85,13 +85,21 @@ SELECT id, reuse_key, sql, CAST(sample_spec AS VARCHAR) AS sample_spec, snapshot
        cdc_position, rows, samples, size_bytes, uri, author, created_at
 FROM mirror.manifests WHERE NOT _deleted;
 
+-- A manifest's lineage is written to the lake before its registry row; it shows here once
+-- that row has reached the mirror, so a lineage whose manifest never registered never does.
 CREATE OR REPLACE VIEW main.manifest_episodes AS
-SELECT manifest_id, CAST(episode_id AS VARCHAR) AS episode_id
-FROM mirror.manifest_episodes WHERE NOT _deleted;
+SELECT l.manifest_id, l.episode_id, l.sha256
+FROM lineage.manifest_episodes AS l
+WHERE l.manifest_id IN (SELECT id FROM mirror.manifests WHERE NOT _deleted);
 
 -- Internal views: what a manifest build reads besides the curation, keyed by the raw episode
 -- UUID so that joins on it can skip data. Not in the curation allow-list
 -- (warehouse.base.CURATION_VIEWS): users never name them; the service composes them in.
+
+-- Every lineage row as written (warehouse.base.LINEAGE_VIEW): the service's lineage queries
+-- keep those of the manifests its registry holds, mirrored yet or not.
+CREATE OR REPLACE VIEW main.manifest_lineage AS
+SELECT manifest_id, episode_id, sha256 FROM lineage.manifest_episodes;
 CREATE OR REPLACE VIEW main.episode_objects AS
 SELECT e.id, e.uri, e.start_ns, e.end_ns, e.size_bytes, e.sha256,
        CAST(e.topics AS VARCHAR) AS topics, e.robot_id, e.task_id
