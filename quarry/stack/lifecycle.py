@@ -210,7 +210,7 @@ class Stack:
             config = self.settings.warehouse_config()  # now with the lineage writer's login
         with (
             open_warehouse(config) as warehouse,
-            psycopg.connect(self.postgres.dsn(OPERATIONAL_DB)) as conn,
+            psycopg.connect(self.settings.operational_dsn()) as conn,  # embedded or external
         ):
             carry_over_lineage(conn, warehouse)
 
