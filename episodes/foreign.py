@@ -32,8 +32,10 @@ and ``"unknown"``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import shutil
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +52,7 @@ from .errors import InputError, SourceError
 from .ingest import IngestResult, existing_result, register, store_episode
 from .mapping import Mapping
 from .quality import ACTIONS_DERIVED, DECODE_FAILURE, TRUNCATED, QualityReport
-from .registry import registered_ids
+from .registry import SourceRecord, registered_ids
 from .writer import WriteOptions
 
 _NAMESPACE = uuid.UUID("0d4b7c1e-52a9-4f0e-8c36-9b7d2f5a1e64")
@@ -135,7 +137,35 @@ def ingest_recording(
     prepared = store_episode(foreign.episode, objects_root, WriteOptions(window_s=mapping.window_s))
     add_source_failures(prepared.quality, foreign.source_failures)
     add_ingest_flags(prepared.quality, foreign)
-    return register(conn, prepared)
+    source = land_recording(objects_root, path, digest, episode_id, mapping, salvage=salvage)
+    return register(conn, dataclasses.replace(prepared, source=source))
+
+
+def landing_path(objects_root: Path, sha256: str) -> Path:
+    """Where a source recording is kept: ``<objects_root>/landing/<sha256>.mcap``."""
+    return objects_root.resolve() / "landing" / f"{sha256}.mcap"
+
+
+def land_recording(
+    objects_root: Path,
+    path: Path,
+    sha256: str,
+    episode_id: str,
+    mapping: Mapping,
+    *,
+    salvage: bool = False,
+) -> SourceRecord:
+    """Copy the recording ``path`` (of hex SHA-256 ``sha256``) into the landing area, unless
+    it lies there already, and describe it as the episode's source."""
+    target = landing_path(objects_root, sha256)
+    if path.resolve() != target and not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp")
+        shutil.copyfile(path, tmp)
+        tmp.replace(target)
+    options = {"mapping": dataclasses.asdict(mapping), "salvage": salvage}
+    size = target.stat().st_size
+    return SourceRecord(episode_id, "mcap", "file://" + str(target), size, sha256, options)
 
 
 def read_recording(
