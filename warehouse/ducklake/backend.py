@@ -30,7 +30,7 @@ from warehouse.ducklake.statements import ident, literal, stale_rows_statement, 
 from warehouse.ducklake.versions import LakeVersions
 from warehouse.errors import SchemaError, WarehouseError, WarehouseUnavailableError
 from warehouse.rows import META_COLUMNS, snapshot_rows
-from warehouse.types import duckdb_type, is_list
+from warehouse.types import duckdb_type
 
 MIRROR = "mirror"
 META = "quarry_meta"
@@ -183,29 +183,8 @@ class DuckLakeWarehouse(Warehouse):
                             f"ALTER TABLE {target} ADD COLUMN {ident(column.name)} "
                             f"{duckdb_type(column.pg_type)}"
                         )
-            added = spec.columns if known is None else missing
-            if any(is_list(duckdb_type(c.pg_type)) for c in added):
-                self._stop_inlining(spec.name)
             self._tables = None
             return True
-
-    def _stop_inlining(self, table: str) -> None:
-        """Keep ``table``'s rows out of the catalog from now on, and flush the inlined ones.
-
-        DuckLake 1.5.5 with a Postgres catalog fails to read inlined rows of a table that
-        gained a list column ("INTERNAL Error: Attempted to access index 0 within vector of
-        size 0", which invalidates the reader's database) or, in a reader attached before,
-        names an inlined-data table that is gone (tests/warehouse/test_warehouse_read.py).
-        A table with a list column added by a source migration is therefore written as
-        Parquet only (the embedded mirror's own tables have no list columns)."""
-        alias = literal(self._config.alias)
-        with self._transaction(f"data inlining off for {table}") as con:
-            con.execute(
-                f"CALL ducklake_set_option({alias}, 'data_inlining_row_limit', 0, "
-                f"schema => {literal(MIRROR)}, table_name => {literal(table)})"
-            )
-        with self._writer_use("flushing inlined data") as con:
-            con.execute(f"CALL ducklake_flush_inlined_data({alias})")
 
     def _create_table(self, con: duckdb.DuckDBPyConnection, target: str, spec: TableSpec) -> None:
         if not spec.key:

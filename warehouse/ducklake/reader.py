@@ -264,14 +264,24 @@ class LakeReader:
 
 def _stale_catalog(error: BaseException | None) -> bool:
     """Whether ``error`` says the reader's cached view of the DuckLake catalog is out of date
-    rather than the query wrong: after a mirrored table gained a column and the writer
-    flushed its inlined rows, DuckLake 1.5.5's long-lived reader still names the dropped
-    inlined-data table ("relation ducklake_inlined_data_... does not exist"), and its catalog
-    transaction then stays aborted ("current transaction is aborted") for every later query.
-    A freshly attached reader reads the same snapshot correctly."""
+    rather than the query wrong. DuckLake 1.5.5 (Postgres catalog) keeps, in a long-lived
+    reader, the inlined-data tables it has read; once a mirrored table has gained a column
+    (manifests.tags, by a source migration) and the writer has flushed its inlined rows to
+    Parquet, that reader fails: it reads the flushed inlined rows of a list column ("INTERNAL
+    Error: Attempted to access index 0 within vector of size 0", which also invalidates its
+    database), names the dropped inlined-data table ("relation ducklake_inlined_data_... does
+    not exist"), and its catalog transaction then stays aborted ("current transaction is
+    aborted") for every later query. A freshly attached reader reads the same snapshot
+    correctly (tests/warehouse/test_warehouse_read.py)."""
     if not isinstance(error, duckdb.Error):
         return False
     text = str(error).lower()
-    return ("ducklake_inlined_data" in text and "does not exist" in text) or (
-        "current transaction is aborted" in text
+    return (
+        ("ducklake_inlined_data" in text and "does not exist" in text)
+        or "current transaction is aborted" in text
+        or (
+            isinstance(error, duckdb.InternalException)
+            and "attempted to access index" in text
+            and "within vector of size" in text
+        )
     )
