@@ -174,6 +174,23 @@ def read_recording(
     """Scan, check and decode a recording into an :class:`EpisodeData` (not yet written)."""
     _check_identity(mapping, path)
     digest = sha256 or file_sha256(path)
+    return transform_recording(decode_recording(path, mapping, salvage=salvage), digest, mapping)
+
+
+@dataclass
+class DecodedRecording:
+    """A recording scanned and decoded (the pipeline's decode step), not yet an episode."""
+
+    path: Path
+    planned: list[Planned]
+    streams: Streams
+    damage: Damage | None
+    salvaged: dict[str, int]
+
+
+def decode_recording(path: Path, mapping: Mapping, *, salvage: bool = False) -> DecodedRecording:
+    """Scan every record (CRCs checked), pick the topics and decode their messages."""
+    _check_identity(mapping, path)
     rec = scan_file(path, salvage=salvage)
     planned = plan_topics(rec, mapping)
     streams = read_streams(rec, planned, mapping)
@@ -182,12 +199,18 @@ def read_recording(
         "chunks": len(rec.chunks),
         "messages": sum(len(m) for m in rec.messages.values()),
     }
+    return DecodedRecording(path, planned, streams, rec.damage, salvaged if rec.damage else {})
+
+
+def transform_recording(decoded: DecodedRecording, sha256: str, mapping: Mapping) -> ForeignEpisode:
+    """The episode of a decoded recording: its span on the control grid, rates and stamps."""
+    streams = decoded.streams
     return ForeignEpisode(
-        _episode(path, digest, mapping, planned, streams),
+        _episode(decoded.path, sha256, mapping, decoded.planned, streams),
         streams.failures,
         streams.derived_from,
-        rec.damage,
-        salvaged if rec.damage else {},
+        decoded.damage,
+        decoded.salvaged,
     )
 
 
