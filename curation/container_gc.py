@@ -1,0 +1,116 @@
+"""Garbage collection of superseded container versions (``quarry episodes gc``).
+
+A reprocess makes a new container version current and keeps the older ones, because a
+manifest built before lists them and must still rebuild byte-identical and read them.
+Deleted: a superseded version (its file and its ``episode_containers`` row) that no
+registered manifest lists, once superseded for longer than :data:`GRACE_S` (a curation
+building at that moment may still register a manifest that lists it). Which manifests hold
+an episode comes from the lineage (:func:`curation.registry.manifests_containing`); whether
+one lists this version, from the manifest file's ``uri`` column. A manifest whose file is not
+in the folder keeps every version of its episodes, unless it is retired (then nothing reads
+it again).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from curation.registry import get_manifest, manifests_containing
+from episodes.versions import ContainerVersion, forget_version, superseded_versions
+from manifests.manifest import open_manifest
+
+#: Seconds a version stays after it was superseded, whatever the lineage says.
+GRACE_S = 3600.0
+#: More manifests than this holding one episode: keep its versions (not worth reading all).
+_MAX_MANIFESTS = 10_000
+
+
+@dataclass(frozen=True)
+class VersionKept:
+    """A superseded version that stays, and the manifest that lists it (or might)."""
+
+    episode_id: str
+    version: int
+    uri: str
+    manifest_id: str | None
+    reason: str
+
+
+@dataclass
+class ContainerGcReport:
+    dry_run: bool
+    deleted: list[ContainerVersion] = field(default_factory=list)
+    kept: list[VersionKept] = field(default_factory=list)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(v.size_bytes for v in self.deleted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "deleted": [asdict(v) for v in self.deleted],
+            "kept": [asdict(k) for k in self.kept],
+            "freed_bytes": self.freed_bytes,
+        }
+
+
+def collect_containers(
+    conn: psycopg.Connection[Any],
+    manifests_dir: Path,
+    *,
+    grace_s: float = GRACE_S,
+    dry_run: bool = False,
+) -> ContainerGcReport:
+    """Delete the superseded versions no manifest lists (module docstring)."""
+    report = ContainerGcReport(dry_run)
+    for version in superseded_versions(conn, grace_s):
+        kept = _why_kept(conn, manifests_dir, version)
+        if kept is not None:
+            report.kept.append(kept)
+            continue
+        if not dry_run:
+            _delete_file(version.uri)
+            forget_version(conn, version)
+        report.deleted.append(version)
+    return report
+
+
+def _why_kept(
+    conn: psycopg.Connection[Any], folder: Path, version: ContainerVersion
+) -> VersionKept | None:
+    if not version.uri.startswith("file://"):
+        return _kept(version, None, "not in a local object store: delete it there")
+    holders = manifests_containing(conn, uuid.UUID(version.episode_id), limit=_MAX_MANIFESTS)
+    if len(holders) >= _MAX_MANIFESTS:
+        return _kept(version, None, "too many manifests hold the episode to read them all")
+    for holder in holders:
+        path = folder / f"{holder['id']}.arrow"
+        if not path.is_file():
+            if get_manifest(conn, holder["id"])["retired_at"] is None:
+                return _kept(version, holder["id"], "manifest file not in the folder")
+            continue
+        if _lists(path, version):
+            return _kept(version, holder["id"], "listed by the manifest")
+    return None
+
+
+def _lists(path: Path, version: ContainerVersion) -> bool:
+    manifest = open_manifest(path)
+    return any(
+        version.uri in manifest.batch(b).column("uri").to_pylist()
+        for b in range(manifest.num_batches)
+    )
+
+
+def _kept(version: ContainerVersion, manifest_id: str | None, reason: str) -> VersionKept:
+    return VersionKept(version.episode_id, version.version, version.uri, manifest_id, reason)
+
+
+def _delete_file(uri: str) -> None:
+    Path(uri.removeprefix("file://")).unlink(missing_ok=True)
