@@ -18,7 +18,9 @@ from pipeline.errors import PipelineError, ProfileError
 from pipeline.job import PROFILES, STEPS, Job, WorkerPaths
 from pipeline.runs import enqueue_run, new_run_id, run_state, wait_run
 from pipeline.workflow import WorkerContext
+from quarry.client import ServiceClient
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
+from quarry.commands._where import selected_episodes
 from quarry.commands.episodes import service_error
 from quarry.commands.ingest import _recordings
 from quarry.errors import BadInputError, StackError
@@ -40,6 +42,12 @@ def pipeline() -> None:
     "episode_ids",
     multiple=True,
     help="An episode to reprocess from its source recording (profile reprocess). Repeatable.",
+)
+@click.option(
+    "--where",
+    "predicate",
+    help="Reprocess the live episodes this SQL condition over the `episodes` view selects, "
+    'e.g. "pipeline_version < 3" (the curation guard checks it; needs `quarry up`).',
 )
 @click.option("--robot", help="Robot id of the recordings (profile full; overrides the mapping).")
 @click.option("--task", help="Task id of the recordings (profile full; overrides the mapping).")
@@ -64,6 +72,7 @@ def run(
     paths: tuple[Path, ...],
     profile: str,
     episode_ids: tuple[str, ...],
+    predicate: str | None,
     mapping_file: Path | None,
     pipeline_version: int,
     wait: bool,
@@ -71,8 +80,9 @@ def run(
     **overrides: Any,
 ) -> None:
     """Enqueue a run: one durable workflow per recording (profile full: the MCAP files
-    given, copied into the landing area; profile reprocess: the episodes given, from their
-    source recordings). `quarry worker` runs them; the run ID is printed."""
+    given, copied into the landing area; profile reprocess: the episodes given by --episode
+    or selected by --where, from their source recordings). `quarry worker` runs them; the run
+    ID is printed. An episode the profile cannot take refuses the whole run before it starts."""
     settings = build_settings(state_dir)
     state, dsn = settings.paths, settings.operational_dsn()
     run_id = new_run_id()
@@ -83,6 +93,11 @@ def run(
             )
             jobs = _landed_jobs(state, paths, mapping, run_id, pipeline_version)
         else:
+            if predicate is not None:
+                client = ServiceClient.for_state(settings)
+                episode_ids += tuple(selected_episodes(client, predicate))
+                if not episode_ids:
+                    raise BadInputError(f"no live episode matches --where {predicate!r}")
             jobs = _reprocess_jobs(dsn, episode_ids, run_id, pipeline_version, bool(paths))
         workflows = enqueue_run(dsn, jobs)
     except (EpisodeError, PipelineError) as error:
@@ -152,7 +167,7 @@ def _reprocess_jobs(
     dsn: str, episode_ids: tuple[str, ...], run_id: str, version: int, has_paths: bool
 ) -> list[Job]:
     if has_paths or not episode_ids:
-        raise BadInputError("profile reprocess takes --episode IDs, not paths")
+        raise BadInputError("profile reprocess takes --episode IDs or --where, not paths")
     jobs = []
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
