@@ -182,7 +182,7 @@ class DecodedRecording:
     """A recording scanned and decoded (the pipeline's decode step), not yet an episode."""
 
     path: Path
-    planned: list[Planned]
+    source_topics: dict[str, str]
     streams: Streams
     damage: Damage | None
     salvaged: dict[str, int]
@@ -199,14 +199,15 @@ def decode_recording(path: Path, mapping: Mapping, *, salvage: bool = False) -> 
         "chunks": len(rec.chunks),
         "messages": sum(len(m) for m in rec.messages.values()),
     }
-    return DecodedRecording(path, planned, streams, rec.damage, salvaged if rec.damage else {})
+    topics = _source_topics(planned, streams)
+    return DecodedRecording(path, topics, streams, rec.damage, salvaged if rec.damage else {})
 
 
 def transform_recording(decoded: DecodedRecording, sha256: str, mapping: Mapping) -> ForeignEpisode:
     """The episode of a decoded recording: its span on the control grid, rates and stamps."""
     streams = decoded.streams
     return ForeignEpisode(
-        _episode(decoded.path, sha256, mapping, decoded.planned, streams),
+        _episode(decoded.path, sha256, mapping, decoded.source_topics, streams),
         streams.failures,
         streams.derived_from,
         decoded.damage,
@@ -250,7 +251,7 @@ def _check_identity(mapping: Mapping, path: Path) -> None:
 
 
 def _episode(
-    path: Path, digest: str, mapping: Mapping, planned: list[Planned], streams: Streams
+    path: Path, digest: str, mapping: Mapping, source_topics: dict[str, str], streams: Streams
 ) -> EpisodeData:
     times = [c.timestamps_ns for c in streams.cameras] + [v.timestamps_ns for v in streams.vectors]
     start = min(int(t.min()) for t in times)
@@ -269,7 +270,7 @@ def _episode(
         "source": str(path.resolve()),
         "source_sha256": digest,
         "source_profile": streams.profile,
-        "source_topics": json.dumps(_source_topics(planned, streams), sort_keys=True),
+        "source_topics": json.dumps(source_topics, sort_keys=True),
         "measured_rates_hz": json.dumps(streams.measured_hz, sort_keys=True),
     }
     return EpisodeData(

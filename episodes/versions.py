@@ -199,7 +199,7 @@ def _replace_labels(
     )
 
 
-def mapping_from_dict(data: dict[str, Any]) -> Mapping:
+def mapping_of_source(data: dict[str, Any]) -> Mapping:
     """The mapping of a recording's source options (``dataclasses.asdict`` of a
     :class:`~episodes.mapping.Mapping`)."""
     topics = tuple(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dbos import DBOSClient, EnqueueOptions
@@ -21,10 +21,12 @@ _DONE = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
 @dataclass(frozen=True)
 class RunState:
-    """A run's workflows by status (``PENDING``, ``ENQUEUED``, ``SUCCESS``, ``ERROR`` ...)."""
+    """A run's workflows by status (``PENDING``, ``ENQUEUED``, ``SUCCESS``, ``ERROR`` ...);
+    ``errors``: a failed workflow's step, error class and message."""
 
     run_id: str
     statuses: dict[str, str]
+    errors: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -85,9 +87,20 @@ def run_state(dsn: str, run_id: str) -> RunState:
     dbos = client(dsn)
     try:
         found = dbos.list_workflows(workflow_id_prefix=f"{run_id}:")
-        return RunState(run_id, {w.workflow_id: str(w.status) for w in found})
+        errors = {
+            w.workflow_id: _error_of(dbos, w.workflow_id, w.error)
+            for w in found
+            if w.error is not None
+        }
+        return RunState(run_id, {w.workflow_id: str(w.status) for w in found}, errors)
     finally:
         dbos.destroy()
+
+
+def _error_of(dbos: DBOSClient, workflow_id: str, error: Exception) -> dict[str, str]:
+    failed = [s for s in dbos.list_workflow_steps(workflow_id) if s["error"] is not None]
+    step = str(failed[-1]["function_name"]) if failed else ""
+    return {"step": step, "error": type(error).__name__, "message": str(error)}
 
 
 def wait_run(dsn: str, run_id: str, timeout_s: float, poll_s: float = 0.5) -> RunState:

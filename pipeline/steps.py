@@ -31,7 +31,7 @@ from episodes.reader import EpisodeReader
 from episodes.registry import record_from_info, register_episode
 from episodes.stats import DimStats, episode_stats
 from episodes.synth import synth_episode
-from episodes.versions import MCAP, SYNTH, fleet_from_dict, mapping_from_dict, register_version
+from episodes.versions import MCAP, SYNTH, fleet_from_dict, mapping_of_source, register_version
 from episodes.writer import WriteOptions
 
 from .errors import PipelineError
@@ -66,7 +66,7 @@ def decode(job: Job, paths: WorkerPaths, workflow_id: str, source_path: str) -> 
     if job.source.kind == SYNTH:
         data = synth_episode(options["seed"], options["index"], fleet_from_dict(options["config"]))
     elif job.source.kind == MCAP:
-        mapping = mapping_from_dict(options["mapping"])
+        mapping = mapping_of_source(options["mapping"])
         data = decode_recording(Path(source_path), mapping, salvage=bool(options["salvage"]))
     else:
         raise PipelineError("unknown source kind", episode=job.source.episode_id)
@@ -82,7 +82,7 @@ def transform(job: Job, paths: WorkerPaths, workflow_id: str, decoded: str) -> s
         episode = data
     else:
         foreign = transform_recording(
-            data, job.source.sha256, mapping_from_dict(job.source.options["mapping"])
+            data, job.source.sha256, mapping_of_source(job.source.options["mapping"])
         )
         episode = foreign.episode
         extra_flags = {"foreign": foreign}

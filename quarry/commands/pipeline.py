@@ -201,9 +201,14 @@ def _report(state: Any, as_json: bool, fail: bool = True) -> None:
         "finished": state.finished,
         "counts": state.counts(),
         "failed": state.failed,
+        "errors": state.errors,
     }
     counts = ", ".join(f"{k.lower()} {v}" for k, v in sorted(summary["counts"].items()))
-    emit(summary, as_json, f"{state.run_id}: {counts}")
+    lines = [f"{state.run_id}: {counts}"] + [
+        f"FAILED {wid} at {e['step']}: {e['error']}: {e['message']}"
+        for wid, e in sorted(state.errors.items())
+    ]
+    emit(summary, as_json, "\n".join(lines))
     if fail and state.failed:
         raise BadInputError(f"{len(state.failed)} recordings failed; first: {state.failed[0]}")
     if fail and not state.finished:
