@@ -122,7 +122,13 @@ def show(state_dir: Path | None, as_json: bool, run_id: str) -> None:
 
 @click.command()
 @STATE_DIR
-@click.option("--executor-id", default="local", show_default=True, help="DBOS executor ID.")
+@click.option(
+    "--executor-id",
+    default="local",
+    show_default=True,
+    help="DBOS executor ID: give each worker its own, and restart a worker with its ID so it "
+    "recovers its unfinished workflows.",
+)
 @click.option(
     "--pause-before",
     type=click.Choice(STEPS),
