@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from .mapping import Mapping, TopicRole
-from .quality import QualityReport
+from .quality import ACTIONS_DERIVED, DECODE_FAILURE, TRUNCATED, QualityFlag, QualityReport
 from .registry import (
     EpisodeRecord,
     RegistryError,
@@ -29,6 +30,8 @@ from .synth import FleetConfig, Robot
 
 SYNTH = "synth"
 MCAP = "mcap"
+#: Not a source: the episode's current container, which profiles metadata and relabel read.
+CONTAINER = "container"
 
 
 @dataclass(frozen=True)
@@ -207,3 +210,72 @@ def mapping_of_source(data: dict[str, Any]) -> Mapping:
         for t in data.get("topics", ())
     )
     return Mapping(**{**data, "topics": topics})
+
+
+def current_container(conn: psycopg.Connection[Any], episode_id: str) -> SourceRecord | None:
+    """The episode's current container, described as the source of a profile that reads it
+    (``metadata``, ``relabel``): kind ``container``; ``None`` when there is no such episode."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT uri, size_bytes, sha256 FROM episodes WHERE id = %s", (episode_id,))
+        row = cur.fetchone()
+    if row is None:
+        return None
+    uri, size, sha = row
+    return SourceRecord(episode_id, CONTAINER, uri, int(size), sha)
+
+
+def update_metadata(
+    conn: psycopg.Connection[Any],
+    episode_id: str,
+    sha256: str,
+    quality: QualityReport | None,
+    stats: list[DimStats] | None,
+) -> None:
+    """Replace the QC report, flags and statistics computed again from the episode's current
+    container (``sha256``), in one transaction; ``None`` leaves them as they are.
+
+    :raises RegistryError: the container is no longer the episode's current one.
+    """
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT sha256 FROM episodes WHERE id = %s FOR UPDATE", (episode_id,))
+        row = cur.fetchone()
+        if row is None or row[0] != sha256:
+            raise RegistryError(
+                "the container was replaced while its metadata was computed", file=episode_id
+            )
+        if quality is None or stats is None:
+            return
+        cur.execute(
+            "UPDATE episodes SET qc_report = %s, updated_at = now() WHERE id = %s",
+            (Jsonb(quality.report), episode_id),
+        )
+        cur.execute("DELETE FROM episode_quality_flags WHERE episode_id = %s", (episode_id,))
+        cur.execute("DELETE FROM episode_stats WHERE episode_id = %s", (episode_id,))
+        insert_flags_and_stats(cur, episode_id, quality, stats)
+
+
+def carry_ingest_flags(
+    conn: psycopg.Connection[Any], episode_id: str, quality: QualityReport
+) -> None:
+    """Add to ``quality`` (computed again from the container) what only the source's ingest
+    could see and the episode's row keeps: frames that did not decode in the source, derived
+    actions, a salvaged cut."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT qc_report FROM episodes WHERE id = %s", (episode_id,))
+        row = cur.fetchone()
+        cur.execute(
+            "SELECT flag, detail FROM episode_quality_flags WHERE episode_id = %s"
+            " AND flag = ANY(%s) ORDER BY flag",
+            (episode_id, [ACTIONS_DERIVED, TRUNCATED]),
+        )
+        flags = cur.fetchall()
+    report = dict(row[0]) if row is not None else {}
+    failures = report.get("source_decode_failures") or {}
+    for topic, count in sorted(failures.items()):
+        quality.raise_flag(DECODE_FAILURE, {"topic": topic, "frames": count, "stage": "source"})
+    if "source_decode_failures" in report:
+        quality.report["source_decode_failures"] = failures
+    if "salvage" in report:
+        quality.report["salvage"] = report["salvage"]
+    quality.flags.extend(QualityFlag(flag, dict(detail)) for flag, detail in flags)
+    quality.report["flags"] = quality.flag_names

@@ -11,8 +11,17 @@ from episodes.registry import SourceRecord
 
 #: The steps of a recording's workflow, in order.
 STEPS = ("fetch", "decode", "transform", "encode", "qc", "stats", "enrich", "register")
-#: Run profiles and the steps each runs (only these two so far; docs/pipeline.md).
-PROFILES = {"full": STEPS, "reprocess": STEPS}
+#: Run profiles and the steps each runs (docs/pipeline.md): ``full`` and ``reprocess`` from a
+#: source, ``metadata`` (QC, statistics, labels) and ``relabel`` (labels) from the current
+#: container, which they never re-encode.
+PROFILES = {
+    "full": STEPS,
+    "reprocess": STEPS,
+    "metadata": ("fetch", "qc", "stats", "enrich", "register"),
+    "relabel": ("fetch", "enrich", "register"),
+}
+#: The profiles that read the episode's current container instead of its source.
+FROM_CONTAINER = ("metadata", "relabel")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,16 @@ from episodes.reader import EpisodeReader
 from episodes.registry import record_from_info, register_episode
 from episodes.stats import DimStats, episode_stats
 from episodes.synth import synth_episode
-from episodes.versions import MCAP, SYNTH, fleet_from_dict, mapping_of_source, register_version
+from episodes.versions import (
+    CONTAINER,
+    MCAP,
+    SYNTH,
+    carry_ingest_flags,
+    fleet_from_dict,
+    mapping_of_source,
+    register_version,
+    update_metadata,
+)
 from episodes.writer import WriteOptions
 
 from .errors import PipelineError
@@ -51,9 +60,11 @@ def fetch(job: Job) -> str:
     source = job.source
     if source.kind == SYNTH:
         return source.uri
+    if source.kind == CONTAINER and not source.uri.startswith("file://"):
+        raise SourceError("container not in a local object store", file=source.uri)
     path = Path(source.uri.removeprefix("file://"))
     if not path.is_file():
-        raise SourceError("source recording missing from the landing area", file=str(path))
+        raise SourceError("source recording or container missing", file=str(path))
     if file_sha256(path) != source.sha256:
         raise ChecksumError("source recording does not match its SHA-256", file=str(path))
     return str(path)
@@ -100,13 +111,20 @@ def encode(job: Job, paths: WorkerPaths, transformed: str) -> dict[str, Any]:
     return {"uri": uri, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
-def qc(container: dict[str, Any], transformed: str) -> dict[str, Any]:
-    """Quality flags and report of the container, with the source's decode failures."""
+def qc(
+    container: dict[str, Any], transformed: str | None, conn: psycopg.Connection[Any] | None
+) -> dict[str, Any]:
+    """Quality flags and report of the container, with the source's decode failures (from
+    the decoded source, or from the episode's row when ``transformed`` is ``None``)."""
     quality = check_episode(_reader(container))
-    _, extra = _load(transformed)
-    if "foreign" in extra:
-        add_source_failures(quality, extra["foreign"].source_failures)
-        add_ingest_flags(quality, extra["foreign"])
+    if transformed is None:
+        assert conn is not None
+        carry_ingest_flags(conn, str(_reader(container).info.episode["episode_id"]), quality)
+    else:
+        _, extra = _load(transformed)
+        if "foreign" in extra:
+            add_source_failures(quality, extra["foreign"].source_failures)
+            add_ingest_flags(quality, extra["foreign"])
     return {
         "flags": [(f.flag, f.detail) for f in quality.flags],
         "report": quality.report,
@@ -171,6 +189,29 @@ def register(
     )
     _add_labels(conn, record.episode_id, labels)  # replaces its own: idempotent
     return changed
+
+
+def update(
+    conn: psycopg.Connection[Any],
+    job: Job,
+    quality: dict[str, Any] | None,
+    dims: list[DimStats] | None,
+    labels: list[tuple[str, str, int | None, int | None]],
+) -> bool:
+    """Register what ``metadata`` or ``relabel`` computed from the current container."""
+    report = None
+    if quality is not None:
+        flags = [QualityFlag(name, detail) for name, detail in quality["flags"]]
+        report = QualityReport(flags, quality["report"])
+    update_metadata(conn, job.source.episode_id, job.source.sha256, report, dims)
+    _add_labels(conn, job.source.episode_id, labels)
+    return True
+
+
+def container_of(job: Job) -> dict[str, Any]:
+    """The container a ``metadata`` or ``relabel`` job reads (its source)."""
+    source = job.source
+    return {"uri": source.uri, "size_bytes": source.size_bytes, "sha256": source.sha256}
 
 
 def _add_labels(

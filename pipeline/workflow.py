@@ -19,7 +19,7 @@ import psycopg
 from dbos import DBOS
 
 from . import steps
-from .job import Job, WorkerPaths
+from .job import FROM_CONTAINER, Job, WorkerPaths
 
 #: The queue every recording's workflow is enqueued on; workers dequeue from it.
 QUEUE_NAME = "quarry-ingest"
@@ -95,9 +95,12 @@ def encode_step(job: Job, transformed: str) -> dict[str, Any]:
 
 
 @DBOS.step(name="qc")
-def qc_step(container: dict[str, Any], transformed: str) -> dict[str, Any]:
-    _enter("qc")
-    return steps.qc(container, transformed)
+def qc_step(container: dict[str, Any], transformed: str | None) -> dict[str, Any]:
+    ctx = _enter("qc")
+    if transformed is not None:
+        return steps.qc(container, transformed, None)
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        return steps.qc(container, None, conn)
 
 
 @DBOS.step(name="stats")
@@ -125,10 +128,25 @@ def register_step(
         return steps.register(conn, job, container, quality, dims, labels)
 
 
+@DBOS.step(name="register-metadata", retries_allowed=True, max_attempts=5)
+def update_step(
+    job: Job,
+    quality: dict[str, Any] | None,
+    dims: list[Any] | None,
+    labels: list[tuple[str, str, int | None, int | None]],
+) -> bool:
+    ctx = _enter("register")
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        return steps.update(conn, job, quality, dims, labels)
+
+
 @DBOS.workflow(name=WORKFLOW_NAME)
 def process_recording(data: dict[str, Any]) -> dict[str, Any]:
-    """Run every step of the job ``data`` (:meth:`Job.to_dict`); the registered container."""
+    """Run the steps of the job ``data``'s profile (:meth:`Job.to_dict`); the registered
+    container."""
     job = Job.from_dict(data)
+    if job.profile in FROM_CONTAINER:
+        return _from_container(job)
     source_path = fetch_step(job)
     decoded = decode_step(job, source_path)
     transformed = transform_step(job, decoded)
@@ -137,6 +155,18 @@ def process_recording(data: dict[str, Any]) -> dict[str, Any]:
     dims = stats_step(container)
     labels = enrich_step(container)
     changed = register_step(job, container, quality, dims, labels)
+    return {**container, "episode_id": job.source.episode_id, "changed": changed}
+
+
+def _from_container(job: Job) -> dict[str, Any]:
+    fetch_step(job)
+    container = steps.container_of(job)
+    quality = dims = None
+    if job.profile == "metadata":
+        quality = qc_step(container, None)
+        dims = stats_step(container)
+    labels = enrich_step(container)
+    changed = update_step(job, quality, dims, labels)
     return {**container, "episode_id": job.source.episode_id, "changed": changed}
 
 

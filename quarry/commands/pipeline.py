@@ -13,9 +13,10 @@ from episodes.episode import PIPELINE_VERSION
 from episodes.errors import EpisodeError
 from episodes.foreign import file_sha256, land_recording, recording_id
 from episodes.mapping import Mapping, load_mapping
-from episodes.versions import source_of
+from episodes.registry import SourceRecord
+from episodes.versions import current_container, source_of
 from pipeline.errors import PipelineError, ProfileError
-from pipeline.job import PROFILES, STEPS, Job, WorkerPaths
+from pipeline.job import FROM_CONTAINER, PROFILES, STEPS, Job, WorkerPaths
 from pipeline.runs import enqueue_run, new_run_id, run_state, wait_run
 from pipeline.workflow import WorkerContext
 from quarry.client import ServiceClient
@@ -41,12 +42,12 @@ def pipeline() -> None:
     "--episode",
     "episode_ids",
     multiple=True,
-    help="An episode to reprocess from its source recording (profile reprocess). Repeatable.",
+    help="An episode to process (profiles reprocess, metadata, relabel). Repeatable.",
 )
 @click.option(
     "--where",
     "predicate",
-    help="Reprocess the live episodes this SQL condition over the `episodes` view selects, "
+    help="Process the live episodes this SQL condition over the `episodes` view selects, "
     'e.g. "pipeline_version < 3" (the curation guard checks it; needs `quarry up`).',
 )
 @click.option("--robot", help="Robot id of the recordings (profile full; overrides the mapping).")
@@ -80,8 +81,9 @@ def run(
     **overrides: Any,
 ) -> None:
     """Enqueue a run: one durable workflow per recording (profile full: the MCAP files
-    given, copied into the landing area; profile reprocess: the episodes given by --episode
-    or selected by --where, from their source recordings). `quarry worker` runs them; the run
+    given, copied into the landing area; reprocess: the episodes given by --episode or
+    selected by --where, from their source recordings; metadata: QC, statistics and labels
+    again from their current containers; relabel: labels only). `quarry worker` runs them; the run
     ID is printed. An episode the profile cannot take refuses the whole run before it starts."""
     settings = build_settings(state_dir)
     state, dsn = settings.paths, settings.operational_dsn()
@@ -98,7 +100,7 @@ def run(
                 episode_ids += tuple(selected_episodes(client, predicate))
                 if not episode_ids:
                     raise BadInputError(f"no live episode matches --where {predicate!r}")
-            jobs = _reprocess_jobs(dsn, episode_ids, run_id, pipeline_version, bool(paths))
+            jobs = _reprocess_jobs(dsn, episode_ids, run_id, pipeline_version, bool(paths), profile)
         workflows = enqueue_run(dsn, jobs)
     except (EpisodeError, PipelineError) as error:
         raise _cli_error(error) from error
@@ -170,27 +172,47 @@ def _check_identity(mapping: Mapping) -> None:
 
 
 def _reprocess_jobs(
-    dsn: str, episode_ids: tuple[str, ...], run_id: str, version: int, has_paths: bool
+    dsn: str,
+    episode_ids: tuple[str, ...],
+    run_id: str,
+    version: int,
+    has_paths: bool,
+    profile: str = "reprocess",
 ) -> list[Job]:
     if has_paths or not episode_ids:
-        raise BadInputError("profile reprocess takes --episode IDs or --where, not paths")
-    jobs = []
+        raise BadInputError(f"profile {profile} takes --episode IDs or --where, not paths")
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            for eid in episode_ids:
-                source = source_of(conn, eid)
-                if source is None:
-                    raise ProfileError(
-                        "episode has no recorded source to reprocess from (registered before "
-                        "sources were kept, or unknown)",
-                        episode=eid,
-                    )
-                jobs.append(Job(run_id, "reprocess", source, version))
+            sources = [_source(conn, eid, profile) for eid in episode_ids]
     except psycopg.OperationalError as error:
         raise StackError(f"operational database unreachable ({error}): run `quarry up`") from None
     except psycopg.errors.InvalidTextRepresentation:
         raise BadInputError("an --episode is not an episode ID (a UUID)") from None
-    return jobs
+    return [Job(run_id, profile, source, version) for source in sources]
+
+
+def _source(conn: psycopg.Connection[Any], episode_id: str, profile: str) -> SourceRecord:
+    """What the profile reads of the episode; refused (before the run) when it has none."""
+    if profile in FROM_CONTAINER:
+        found = current_container(conn, episode_id)
+        if found is None:
+            raise ProfileError("no such episode", episode=episode_id)
+        local = found.uri.removeprefix("file://")
+        if found.uri.startswith("file://") and not Path(local).is_file():
+            raise ProfileError(
+                f"profile {profile} reads the episode's container, and its file is missing",
+                episode=episode_id,
+                file=local,
+            )
+        return found
+    source = source_of(conn, episode_id)
+    if source is None:
+        raise ProfileError(
+            "episode has no recorded source to reprocess from (registered before sources "
+            "were kept, or unknown)",
+            episode=episode_id,
+        )
+    return source
 
 
 def _cli_error(error: EpisodeError | PipelineError) -> Exception:
