@@ -35,7 +35,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -160,9 +162,14 @@ def land_recording(
     target = landing_path(objects_root, sha256)
     if path.resolve() != target and not target.is_file():
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        shutil.copyfile(path, tmp)
-        tmp.replace(target)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            Path(tmp).replace(target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     options = {"mapping": dataclasses.asdict(mapping), "salvage": salvage}
     size = target.stat().st_size
     return SourceRecord(episode_id, "mcap", "file://" + str(target), size, sha256, options)
