@@ -64,3 +64,13 @@ class WorkerPaths:
         path = self.work / workflow_id.replace(":", "_")
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+@dataclass
+class WorkerContext:
+    """What the steps of this process need: paths, the operational DSN, a pause point."""
+
+    paths: WorkerPaths
+    dsn: str
+    pause_before: str | None = None
+    pause_file: Path | None = None

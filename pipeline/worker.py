@@ -11,7 +11,8 @@ from dbos import DBOS, DBOSConfig
 
 from . import workflow
 from .engine import SYSTEM_SCHEMA, system_url
-from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME, WorkerContext
+from .job import WorkerContext
+from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME
 
 
 def launch(context: WorkerContext, executor_id: str = "local") -> None:

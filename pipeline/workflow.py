@@ -11,15 +11,13 @@ before DBOS launches.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
 from dbos import DBOS
 
 from . import steps
-from .job import FROM_CONTAINER, Job, WorkerPaths
+from .job import FROM_CONTAINER, Job, WorkerContext
 
 #: The queue every recording's workflow is enqueued on; workers dequeue from it.
 QUEUE_NAME = "quarry-ingest"
@@ -28,16 +26,6 @@ WORKFLOW_NAME = "process_recording"
 #: DBOS application name and version shared by workers and the enqueuing client.
 APP_NAME = "quarry"
 APP_VERSION = "quarry-pipeline-1"
-
-
-@dataclass
-class WorkerContext:
-    """What the steps of this process need: paths, the operational DSN, a pause point."""
-
-    paths: WorkerPaths
-    dsn: str
-    pause_before: str | None = None
-    pause_file: Path | None = None
 
 
 _context: WorkerContext | None = None

@@ -16,9 +16,7 @@ from episodes.mapping import Mapping, load_mapping
 from episodes.registry import SourceRecord
 from episodes.versions import current_container, source_of
 from pipeline.errors import PipelineError, ProfileError
-from pipeline.job import FROM_CONTAINER, PROFILES, STEPS, Job, WorkerPaths
-from pipeline.runs import enqueue_run, new_run_id, run_state, wait_run
-from pipeline.workflow import WorkerContext
+from pipeline.job import FROM_CONTAINER, PROFILES, STEPS, Job, WorkerContext, WorkerPaths
 from quarry.client import ServiceClient
 from quarry.commands._common import JSON, STATE_DIR, build_settings, emit
 from quarry.commands._where import selected_episodes
@@ -85,6 +83,8 @@ def run(
     selected by --where, from their source recordings; metadata: QC, statistics and labels
     again from their current containers; relabel: labels only). `quarry worker` runs them; the run
     ID is printed. An episode the profile cannot take refuses the whole run before it starts."""
+    from pipeline.runs import enqueue_run, new_run_id, wait_run  # loads DBOS: only here
+
     settings = build_settings(state_dir)
     state, dsn = settings.paths, settings.operational_dsn()
     run_id = new_run_id()
@@ -116,6 +116,8 @@ def run(
 @click.argument("run_id")
 def show(state_dir: Path | None, as_json: bool, run_id: str) -> None:
     """A run's workflows by status."""
+    from pipeline.runs import run_state  # loads DBOS: only here
+
     state = run_state(build_settings(state_dir).operational_dsn(), run_id)
     if not state.statuses:
         raise BadInputError(f"no run {run_id!r}")
@@ -142,7 +144,7 @@ def worker(
 ) -> None:
     """Run the ingest pipeline's workflows until SIGTERM; on start, resume the workflows this
     executor left unfinished at the step each was in."""
-    from pipeline.worker import run_worker  # DBOS is loaded by the worker only
+    from pipeline.worker import run_worker  # loads DBOS: only here
 
     settings = build_settings(state_dir)
     paths = WorkerPaths(settings.paths.objects, settings.paths.pipeline_work)
