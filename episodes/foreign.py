@@ -55,6 +55,7 @@ from .ingest import IngestResult, existing_result, register, store_episode
 from .mapping import Mapping
 from .quality import ACTIONS_DERIVED, DECODE_FAILURE, TRUNCATED, QualityReport
 from .registry import SourceRecord, registered_ids
+from .versions import add_source, source_of
 from .writer import WriteOptions
 
 _NAMESPACE = uuid.UUID("0d4b7c1e-52a9-4f0e-8c36-9b7d2f5a1e64")
@@ -127,13 +128,20 @@ def ingest_recording(
     *,
     salvage: bool = False,
 ) -> IngestResult:
-    """Ingest one recording; an already registered one is reported with ``created=False``."""
+    """Ingest one recording; an already registered one is reported with ``created=False``
+    (and, registered before sources were kept, gets this file as its source: it can then be
+    reprocessed)."""
     _check_identity(mapping, path)
     if not path.is_file():
         raise SourceError("no such recording file", file=str(path), retryable=False)
     digest = file_sha256(path)
     episode_id = recording_id(digest)
     if registered_ids(conn, [episode_id]):
+        if source_of(conn, episode_id) is None:  # registered before sources were kept
+            add_source(
+                conn,
+                land_recording(objects_root, path, digest, episode_id, mapping, salvage=salvage),
+            )
         return existing_result(conn, episode_id)
     foreign = read_recording(path, mapping, sha256=digest, salvage=salvage)
     prepared = store_episode(foreign.episode, objects_root, WriteOptions(window_s=mapping.window_s))

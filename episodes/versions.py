@@ -23,6 +23,7 @@ from .registry import (
     SourceRecord,
     episode_params,
     insert_flags_and_stats,
+    insert_source,
     insert_version,
 )
 from .stats import DimStats
@@ -62,6 +63,12 @@ def fleet_from_dict(data: dict[str, Any]) -> FleetConfig:
             "cameras": None if cameras is None else tuple((str(v), float(h)) for v, h in cameras),
         }
     )
+
+
+def add_source(conn: psycopg.Connection[Any], source: SourceRecord) -> None:
+    """Record the source of a registered episode that has none (a no-op when it has one)."""
+    with conn.transaction(), conn.cursor() as cur:
+        insert_source(cur, source)
 
 
 def source_of(conn: psycopg.Connection[Any], episode_id: str) -> SourceRecord | None:
