@@ -32,8 +32,12 @@ and ``"unknown"``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +54,8 @@ from .errors import InputError, SourceError
 from .ingest import IngestResult, existing_result, register, store_episode
 from .mapping import Mapping
 from .quality import ACTIONS_DERIVED, DECODE_FAILURE, TRUNCATED, QualityReport
-from .registry import registered_ids
+from .registry import SourceRecord, registered_ids
+from .versions import add_source, source_of
 from .writer import WriteOptions
 
 _NAMESPACE = uuid.UUID("0d4b7c1e-52a9-4f0e-8c36-9b7d2f5a1e64")
@@ -123,19 +128,59 @@ def ingest_recording(
     *,
     salvage: bool = False,
 ) -> IngestResult:
-    """Ingest one recording; an already registered one is reported with ``created=False``."""
+    """Ingest one recording; an already registered one is reported with ``created=False``
+    (and, registered before sources were kept, gets this file as its source: it can then be
+    reprocessed)."""
     _check_identity(mapping, path)
     if not path.is_file():
         raise SourceError("no such recording file", file=str(path), retryable=False)
     digest = file_sha256(path)
     episode_id = recording_id(digest)
     if registered_ids(conn, [episode_id]):
+        if source_of(conn, episode_id) is None:  # registered before sources were kept
+            add_source(
+                conn,
+                land_recording(objects_root, path, digest, episode_id, mapping, salvage=salvage),
+            )
         return existing_result(conn, episode_id)
     foreign = read_recording(path, mapping, sha256=digest, salvage=salvage)
     prepared = store_episode(foreign.episode, objects_root, WriteOptions(window_s=mapping.window_s))
     add_source_failures(prepared.quality, foreign.source_failures)
     add_ingest_flags(prepared.quality, foreign)
-    return register(conn, prepared)
+    source = land_recording(objects_root, path, digest, episode_id, mapping, salvage=salvage)
+    return register(conn, dataclasses.replace(prepared, source=source))
+
+
+def landing_path(objects_root: Path, sha256: str) -> Path:
+    """Where a source recording is kept: ``<objects_root>/landing/<sha256>.mcap``."""
+    return objects_root.resolve() / "landing" / f"{sha256}.mcap"
+
+
+def land_recording(
+    objects_root: Path,
+    path: Path,
+    sha256: str,
+    episode_id: str,
+    mapping: Mapping,
+    *,
+    salvage: bool = False,
+) -> SourceRecord:
+    """Copy the recording ``path`` (of hex SHA-256 ``sha256``) into the landing area, unless
+    it lies there already, and describe it as the episode's source."""
+    target = landing_path(objects_root, sha256)
+    if path.resolve() != target and not target.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            shutil.copyfile(path, tmp)
+            Path(tmp).replace(target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    options = {"mapping": dataclasses.asdict(mapping), "salvage": salvage}
+    size = target.stat().st_size
+    return SourceRecord(episode_id, "mcap", "file://" + str(target), size, sha256, options)
 
 
 def read_recording(
@@ -144,6 +189,23 @@ def read_recording(
     """Scan, check and decode a recording into an :class:`EpisodeData` (not yet written)."""
     _check_identity(mapping, path)
     digest = sha256 or file_sha256(path)
+    return transform_recording(decode_recording(path, mapping, salvage=salvage), digest, mapping)
+
+
+@dataclass
+class DecodedRecording:
+    """A recording scanned and decoded (the pipeline's decode step), not yet an episode."""
+
+    path: Path
+    source_topics: dict[str, str]
+    streams: Streams
+    damage: Damage | None
+    salvaged: dict[str, int]
+
+
+def decode_recording(path: Path, mapping: Mapping, *, salvage: bool = False) -> DecodedRecording:
+    """Scan every record (CRCs checked), pick the topics and decode their messages."""
+    _check_identity(mapping, path)
     rec = scan_file(path, salvage=salvage)
     planned = plan_topics(rec, mapping)
     streams = read_streams(rec, planned, mapping)
@@ -152,12 +214,19 @@ def read_recording(
         "chunks": len(rec.chunks),
         "messages": sum(len(m) for m in rec.messages.values()),
     }
+    topics = _source_topics(planned, streams)
+    return DecodedRecording(path, topics, streams, rec.damage, salvaged if rec.damage else {})
+
+
+def transform_recording(decoded: DecodedRecording, sha256: str, mapping: Mapping) -> ForeignEpisode:
+    """The episode of a decoded recording: its span on the control grid, rates and stamps."""
+    streams = decoded.streams
     return ForeignEpisode(
-        _episode(path, digest, mapping, planned, streams),
+        _episode(decoded.path, sha256, mapping, decoded.source_topics, streams),
         streams.failures,
         streams.derived_from,
-        rec.damage,
-        salvaged if rec.damage else {},
+        decoded.damage,
+        decoded.salvaged,
     )
 
 
@@ -197,7 +266,7 @@ def _check_identity(mapping: Mapping, path: Path) -> None:
 
 
 def _episode(
-    path: Path, digest: str, mapping: Mapping, planned: list[Planned], streams: Streams
+    path: Path, digest: str, mapping: Mapping, source_topics: dict[str, str], streams: Streams
 ) -> EpisodeData:
     times = [c.timestamps_ns for c in streams.cameras] + [v.timestamps_ns for v in streams.vectors]
     start = min(int(t.min()) for t in times)
@@ -216,7 +285,7 @@ def _episode(
         "source": str(path.resolve()),
         "source_sha256": digest,
         "source_profile": streams.profile,
-        "source_topics": json.dumps(_source_topics(planned, streams), sort_keys=True),
+        "source_topics": json.dumps(source_topics, sort_keys=True),
         "measured_rates_hz": json.dumps(streams.measured_hz, sort_keys=True),
     }
     return EpisodeData(

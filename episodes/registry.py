@@ -2,14 +2,16 @@
 
 The connection is passed in (psycopg 3, autocommit or idle); this module never reads
 configuration. Every call runs in its own ``conn.transaction()``; one episode is registered in
-one transaction: its robot and task (upserted), the episode row, its quality
-flags and its per-dimension statistics. Registering the same episode id twice is a no-op.
+one transaction: its robot and task (upserted), the episode row, its quality flags, its
+per-dimension statistics, its container as version 1 (``episode_containers``) and its source
+when given. Registering the same episode id twice is a no-op; :mod:`episodes.versions`
+registers the versions that later processings write.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -97,6 +99,63 @@ INSERT INTO episodes (
     %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s
 ) ON CONFLICT (id) DO NOTHING RETURNING id
 """
+
+
+@dataclass(frozen=True)
+class SourceRecord:
+    """Where an episode's source lies: ``kind`` ``mcap`` (a file in the landing area, read with
+    ``options["mapping"]``) or ``synth`` (``options`` hold the seed, index and fleet)."""
+
+    episode_id: str
+    kind: str
+    uri: str
+    size_bytes: int
+    sha256: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+_SOURCE = """
+INSERT INTO episode_sources (episode_id, kind, uri, size_bytes, sha256, options)
+VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (episode_id) DO NOTHING
+"""
+_VERSION = """
+INSERT INTO episode_containers (
+    episode_id, version, uri, size_bytes, sha256, schema_version, pipeline_version
+) VALUES (%s, %s, %s, %s, %s, %s, %s)
+"""
+
+
+def insert_source(cur: psycopg.Cursor[Any], source: SourceRecord) -> None:
+    """Record ``source`` (a no-op when the episode has one already)."""
+    cur.execute(
+        _SOURCE,
+        (
+            source.episode_id,
+            source.kind,
+            source.uri,
+            source.size_bytes,
+            source.sha256,
+            Jsonb(source.options),
+        ),
+    )
+
+
+def insert_version(cur: psycopg.Cursor[Any], record: EpisodeRecord, version: int) -> None:
+    """Record ``record``'s container as version ``version`` of its episode."""
+    cur.execute(
+        _VERSION,
+        (
+            record.episode_id,
+            version,
+            record.uri,
+            record.size_bytes,
+            record.sha256,
+            record.stamps.schema_version,
+            record.stamps.pipeline_version,
+        ),
+    )
+
+
 _FLAG = "INSERT INTO episode_quality_flags (episode_id, flag, detail) VALUES (%s, %s, %s)"
 _STAT = """
 INSERT INTO episode_stats (episode_id, field, dim, count, sum, sum_sq, min, max)
@@ -109,8 +168,10 @@ def register_episode(
     record: EpisodeRecord,
     quality: QualityReport,
     stats: list[DimStats],
+    source: SourceRecord | None = None,
 ) -> bool:
-    """Insert the episode with its flags and statistics in one transaction.
+    """Insert the episode with its flags, statistics, container version 1 and ``source`` in
+    one transaction.
 
     Returns ``True`` when the row was created, ``False`` when the id was already registered
     (nothing is changed then).
@@ -119,19 +180,13 @@ def register_episode(
         with conn.transaction(), conn.cursor() as cur:
             cur.execute(_ROBOT, (record.robot_id, record.robot_model, record.site))
             cur.execute(_TASK, (record.task_id, record.task_description))
-            cur.execute(_EPISODE, _episode_params(record, quality))
+            cur.execute(_EPISODE, episode_params(record, quality))
             if cur.fetchone() is None:
                 return False
-            cur.executemany(
-                _FLAG, [(record.episode_id, f.flag, Jsonb(f.detail)) for f in quality.flags]
-            )
-            cur.executemany(
-                _STAT,
-                [
-                    (record.episode_id, s.field, s.dim, s.count, s.sum, s.sum_sq, s.min, s.max)
-                    for s in stats
-                ],
-            )
+            insert_flags_and_stats(cur, record.episode_id, quality, stats)
+            insert_version(cur, record, 1)
+            if source is not None:
+                insert_source(cur, source)
     except psycopg.errors.UniqueViolation as exc:
         raise RegistryError(
             f"episode clashes with a registered one: {exc}", file=record.uri
@@ -143,7 +198,18 @@ def register_episode(
     return True
 
 
-def _episode_params(record: EpisodeRecord, quality: QualityReport) -> tuple[Any, ...]:
+def insert_flags_and_stats(
+    cur: psycopg.Cursor[Any], episode_id: str, quality: QualityReport, stats: list[DimStats]
+) -> None:
+    """The quality flag and statistics rows of an episode."""
+    cur.executemany(_FLAG, [(episode_id, f.flag, Jsonb(f.detail)) for f in quality.flags])
+    cur.executemany(
+        _STAT,
+        [(episode_id, s.field, s.dim, s.count, s.sum, s.sum_sq, s.min, s.max) for s in stats],
+    )
+
+
+def episode_params(record: EpisodeRecord, quality: QualityReport) -> tuple[Any, ...]:
     return (
         record.episode_id,
         record.robot_id,

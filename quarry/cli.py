@@ -24,6 +24,7 @@ from quarry.commands import (
     ingest,
     labels,
     lerobot,
+    pipeline,
     sql,
     stack,
     tokens,
@@ -56,6 +57,7 @@ for _module in (
     demo,
     tokens,
     lerobot,
+    pipeline,
 ):
     _module.register(cli)
 

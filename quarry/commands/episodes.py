@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import click
+import psycopg
 
+from curation.container_gc import GRACE_S, collect_containers
 from episodes.errors import ContainerError, EpisodeError, SourceError
 from episodes.inspection import inspect as inspect_container
 from episodes.survey import survey
@@ -205,6 +207,43 @@ def describe(info: dict[str, Any]) -> str:
     if "quality" in info:
         lines.append("qc flags  " + (", ".join(info["quality"]["flags"]) or "none"))
     return "\n".join(lines)
+
+
+@episodes.command()
+@STATE_DIR
+@JSON
+@click.option("--dry-run", is_flag=True, help="Say what would be deleted; delete nothing.")
+@click.option(
+    "--grace",
+    "grace_s",
+    type=click.FloatRange(0, None),
+    default=GRACE_S,
+    show_default=True,
+    help="Seconds a version stays after it was superseded, whatever the lineage says.",
+)
+def gc(state_dir: Path | None, as_json: bool, dry_run: bool, grace_s: float) -> None:
+    """Delete superseded container versions (left by reprocessing) that no registered
+    manifest lists; the versions manifests list stay, so those manifests still rebuild."""
+    from service.manifest_files import manifest_place  # the service's stores, and duckdb:
+    from warehouse.backends import open_warehouse  # loaded by this command only
+
+    settings = build_settings(state_dir)
+    try:
+        with (
+            psycopg.connect(settings.operational_dsn(), autocommit=True) as conn,
+            open_warehouse(settings.warehouse_config()) as warehouse,
+        ):
+            place = manifest_place(settings.service_settings())
+            report = collect_containers(conn, warehouse, place, grace_s=grace_s, dry_run=dry_run)
+    except psycopg.OperationalError as error:
+        raise StackError(f"operational database unreachable ({error}): run `quarry up`") from None
+    verb = "would delete" if dry_run else "deleted"
+    emit(
+        report.to_dict(),
+        as_json,
+        f"{verb} {len(report.deleted)} container versions ({report.freed_bytes / 1e6:.1f} MB); "
+        f"kept {len(report.kept)} that manifests list",
+    )
 
 
 def register(group: click.Group) -> None:

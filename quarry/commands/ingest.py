@@ -9,6 +9,7 @@ from typing import Any
 import click
 import psycopg
 
+from episodes.episode import PIPELINE_VERSION
 from episodes.errors import EpisodeError
 from episodes.foreign import ingest_recording
 from episodes.ingest import IngestResult, ingest_synth
@@ -48,8 +49,20 @@ def ingest() -> None:
     default=None,
     help="Generator processes (default: CPU count, at most 4).",
 )
+@click.option(
+    "--pipeline-version",
+    type=click.IntRange(0, None),
+    default=PIPELINE_VERSION,
+    show_default=True,
+    help="Stamp written on the episodes (an older one makes stale episodes, to reprocess).",
+)
 def synth(
-    state_dir: Path | None, as_json: bool, count: int, seed: int, workers: int | None
+    state_dir: Path | None,
+    as_json: bool,
+    count: int,
+    seed: int,
+    workers: int | None,
+    pipeline_version: int,
 ) -> None:
     """Generate a synthetic teleoperation fleet, write MCAP containers and register them."""
     settings = build_settings(state_dir)
@@ -59,7 +72,15 @@ def synth(
         psycopg.connect(dsn, autocommit=True) as conn,
         Progress("ingest", "episodes", enabled=not as_json) as hook,
     ):
-        results = ingest_synth(conn, paths.objects, count, seed, progress=hook, workers=workers)
+        results = ingest_synth(
+            conn,
+            paths.objects,
+            count,
+            seed,
+            progress=hook,
+            workers=workers,
+            pipeline_version=pipeline_version,
+        )
         summary = _summarize(conn, results)
     emit(
         summary,

@@ -39,6 +39,11 @@ class StatePaths(NodeLayout):
         return self.root / "logs"
 
     @property
+    def pipeline_work(self) -> Path:
+        """The pipeline workers' step files, one folder per workflow."""
+        return self.root / "pipeline" / "work"
+
+    @property
     def run(self) -> Path:
         """Runtime files of the stack's processes (URLs, status files)."""
         return self.root / "run"

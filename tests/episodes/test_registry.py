@@ -29,10 +29,9 @@ def test_ingest_synth_registers_rows_flags_and_stats(
     for result in results:
         path = Path(result.uri.removeprefix("file://"))
         assert result.uri.startswith("file:///") and path.is_absolute()
-        assert (
-            path == tmp_path.resolve() / "episodes" / result.robot_id / f"{result.episode_id}.mcap"
-        )
         data = path.read_bytes()
+        folder = tmp_path.resolve() / "episodes" / result.robot_id / result.episode_id
+        assert path == folder / f"{hashlib.sha256(data).hexdigest()[:16]}.mcap"
         assert (result.size_bytes, result.sha256) == (len(data), hashlib.sha256(data).hexdigest())
     episodes = rows(
         pg_conn,

@@ -1,0 +1,35 @@
+"""The pipeline's one error base (structured, ``retryable``, pickles across processes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PipelineError(Exception):
+    """A run that cannot start, or a step that failed; ``context`` names the episode,
+    recording and step."""
+
+    retryable_default = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None, **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = self.retryable_default if retryable is None else retryable
+        self.context = context
+
+    def __str__(self) -> str:
+        named = ", ".join(f"{k}={v}" for k, v in self.context.items() if v is not None)
+        return f"{self.message} ({named})" if named else self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.message, self.retryable, self.context))
+
+
+def _rebuild(
+    cls: type[PipelineError], message: str, retryable: bool, context: dict[str, Any]
+) -> PipelineError:
+    return cls(message, retryable=retryable, **context)
+
+
+class ProfileError(PipelineError):
+    """The profile cannot run on an episode (e.g. no source recording to reprocess from)."""

@@ -1,0 +1,76 @@
+"""What one workflow processes: a recording (its source) under a profile, and where the
+worker keeps the step's intermediate files."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from episodes.registry import SourceRecord
+
+#: The steps of a recording's workflow, in order.
+STEPS = ("fetch", "decode", "transform", "encode", "qc", "stats", "enrich", "register")
+#: Run profiles and the steps each runs (docs/pipeline.md): ``full`` and ``reprocess`` from a
+#: source, ``metadata`` (QC, statistics, labels) and ``relabel`` (labels) from the current
+#: container, which they never re-encode.
+PROFILES = {
+    "full": STEPS,
+    "reprocess": STEPS,
+    "metadata": ("fetch", "qc", "stats", "enrich", "register"),
+    "relabel": ("fetch", "enrich", "register"),
+}
+#: The profiles that read the episode's current container instead of its source.
+FROM_CONTAINER = ("metadata", "relabel")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One recording to process: ``source`` (where it lies, how to read it), the ``profile``,
+    the ``run_id`` it belongs to and the ``pipeline_version`` stamp it writes."""
+
+    run_id: str
+    profile: str
+    source: SourceRecord
+    pipeline_version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "source": asdict(self.source)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Job:
+        return cls(
+            data["run_id"],
+            data["profile"],
+            SourceRecord(**data["source"]),
+            int(data["pipeline_version"]),
+        )
+
+    @property
+    def workflow_id(self) -> str:
+        """The workflow's ID: one per (run, episode), so enqueueing twice runs it once."""
+        return f"{self.run_id}:{self.source.episode_id}"
+
+
+@dataclass(frozen=True)
+class WorkerPaths:
+    """Where a worker writes: containers under ``objects``, step files under ``work``."""
+
+    objects: Path
+    work: Path
+
+    def folder(self, workflow_id: str) -> Path:
+        """The step files of one workflow (deleted once it registered)."""
+        path = self.work / workflow_id.replace(":", "_")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+@dataclass
+class WorkerContext:
+    """What the steps of this process need: paths, the operational DSN, a pause point."""
+
+    paths: WorkerPaths
+    dsn: str
+    pause_before: str | None = None
+    pause_file: Path | None = None

@@ -1,0 +1,125 @@
+"""Enqueue a run (one workflow per recording) and follow it, from outside a worker, through
+DBOS's client."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dbos import DBOSClient, EnqueueOptions
+
+from .engine import SYSTEM_SCHEMA, migrate_system, system_url
+from .errors import ProfileError
+from .job import PROFILES, Job
+from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME, WORKFLOW_NAME
+
+_DONE = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
+
+
+@dataclass(frozen=True)
+class RunState:
+    """A run's workflows by status (``PENDING``, ``ENQUEUED``, ``SUCCESS``, ``ERROR`` ...);
+    ``errors``: a failed workflow's step, error class and message."""
+
+    run_id: str
+    statuses: dict[str, str]
+    errors: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    @property
+    def finished(self) -> bool:
+        return all(s in _DONE for s in self.statuses.values())
+
+    @property
+    def failed(self) -> list[str]:
+        return sorted(w for w, s in self.statuses.items() if s != "SUCCESS" and s in _DONE)
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for status in self.statuses.values():
+            out[status] = out.get(status, 0) + 1
+        return out
+
+
+def new_run_id() -> str:
+    """A run's ID (a prefix of every workflow ID of the run)."""
+    return "run-" + uuid.uuid4().hex[:12]
+
+
+def client(dsn: str) -> DBOSClient:
+    """A DBOS client on the system schema in the operational database ``dsn``."""
+    return DBOSClient(
+        system_database_url=system_url(dsn),
+        dbos_system_schema=SYSTEM_SCHEMA,
+        application_name=APP_NAME,
+    )
+
+
+def enqueue_run(dsn: str, jobs: Iterable[Job]) -> list[str]:
+    """Enqueue one workflow per job (its ID ``<run>:<episode>``, so a job enqueued twice runs
+    once); the workflow IDs."""
+    jobs = list(jobs)
+    for job in jobs:
+        if job.profile not in PROFILES:
+            raise ProfileError(f"unknown profile {job.profile!r}", episode=job.source.episode_id)
+    migrate_system(dsn)
+    dbos = client(dsn)
+    try:
+        ids = []
+        for job in jobs:
+            options: EnqueueOptions = {
+                "workflow_name": WORKFLOW_NAME,
+                "queue_name": QUEUE_NAME,
+                "workflow_id": job.workflow_id,
+                "app_version": APP_VERSION,
+            }
+            dbos.enqueue(options, job.to_dict())
+            ids.append(job.workflow_id)
+        return ids
+    finally:
+        dbos.destroy()
+
+
+def run_state(dsn: str, run_id: str) -> RunState:
+    """The status of every workflow of ``run_id``."""
+    dbos = client(dsn)
+    try:
+        found = dbos.list_workflows(workflow_id_prefix=f"{run_id}:")
+        errors = {
+            w.workflow_id: _error_of(dbos, w.workflow_id, w.error)
+            for w in found
+            if w.error is not None
+        }
+        return RunState(run_id, {w.workflow_id: str(w.status) for w in found}, errors)
+    finally:
+        dbos.destroy()
+
+
+def _error_of(dbos: DBOSClient, workflow_id: str, error: Exception) -> dict[str, str]:
+    failed = [s for s in dbos.list_workflow_steps(workflow_id) if s["error"] is not None]
+    step = str(failed[-1]["function_name"]) if failed else ""
+    return {"step": step, "error": type(error).__name__, "message": str(error)}
+
+
+def wait_run(dsn: str, run_id: str, timeout_s: float, poll_s: float = 0.5) -> RunState:
+    """Poll until every workflow of ``run_id`` finished, or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = run_state(dsn, run_id)
+        if state.finished or time.monotonic() > deadline:
+            return state
+        time.sleep(poll_s)
+
+
+def workflow_steps(dsn: str, workflow_id: str) -> list[dict[str, Any]]:
+    """The recorded steps of a workflow, in order (name, whether it has an output/error)."""
+    dbos = client(dsn)
+    try:
+        return [
+            {"name": s["function_name"], "error": s["error"] is not None}
+            for s in dbos.list_workflow_steps(workflow_id)
+        ]
+    finally:
+        dbos.destroy()

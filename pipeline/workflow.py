@@ -1,0 +1,162 @@
+"""The recording workflow on DBOS Transact: one durable workflow per (run, episode), its
+steps recorded in DBOS's system database, so a worker killed mid-step resumes (on its
+restart, or on another worker's recovery) at that step, with the finished steps' outputs
+read back instead of redone.
+
+The functions are registered with DBOS at import (its decorators); the worker's context
+(where it writes, the operational database) is set by :func:`pipeline.worker.run_worker`
+before DBOS launches.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from dbos import DBOS
+
+from . import steps
+from .job import FROM_CONTAINER, Job, WorkerContext
+
+#: The queue every recording's workflow is enqueued on; workers dequeue from it.
+QUEUE_NAME = "quarry-ingest"
+#: The workflow's registered name (what a client enqueues).
+WORKFLOW_NAME = "process_recording"
+#: DBOS application name and version shared by workers and the enqueuing client.
+APP_NAME = "quarry"
+APP_VERSION = "quarry-pipeline-1"
+
+
+_context: WorkerContext | None = None
+
+
+def set_context(context: WorkerContext) -> None:
+    """Set this process's worker context (before DBOS launches)."""
+    global _context
+    _context = context
+
+
+def _ctx() -> WorkerContext:
+    if _context is None:
+        raise RuntimeError("worker context not set: run pipeline.worker.run_worker")
+    return _context
+
+
+def _enter(step: str) -> WorkerContext:
+    """Log the step's start (``steps.log`` in the workflow's folder) and wait at the pause
+    point while its file exists (an operator's or a test's handle on a run mid-step)."""
+    ctx = _ctx()
+    workflow_id = DBOS.workflow_id or "none"
+    folder = ctx.paths.folder(workflow_id)
+    with (folder / "steps.log").open("a") as log:
+        log.write(step + "\n")
+    if step == ctx.pause_before and ctx.pause_file is not None:
+        (folder / f"paused-{step}").touch()
+        while ctx.pause_file.exists():
+            time.sleep(0.05)
+    return ctx
+
+
+@DBOS.step(name="fetch")
+def fetch_step(job: Job) -> str:
+    _enter("fetch")
+    return steps.fetch(job)
+
+
+@DBOS.step(name="decode")
+def decode_step(job: Job, source_path: str) -> str:
+    ctx = _enter("decode")
+    return steps.decode(job, ctx.paths, _wid(), source_path)
+
+
+@DBOS.step(name="transform")
+def transform_step(job: Job, decoded: str) -> str:
+    ctx = _enter("transform")
+    return steps.transform(job, ctx.paths, _wid(), decoded)
+
+
+@DBOS.step(name="encode")
+def encode_step(job: Job, transformed: str) -> dict[str, Any]:
+    ctx = _enter("encode")
+    return steps.encode(job, ctx.paths, transformed)
+
+
+@DBOS.step(name="qc")
+def qc_step(container: dict[str, Any], transformed: str | None) -> dict[str, Any]:
+    ctx = _enter("qc")
+    if transformed is not None:
+        return steps.qc(container, transformed, None)
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        return steps.qc(container, None, conn)
+
+
+@DBOS.step(name="stats")
+def stats_step(container: dict[str, Any]) -> list[Any]:
+    _enter("stats")
+    return steps.stats(container)
+
+
+@DBOS.step(name="enrich")
+def enrich_step(container: dict[str, Any]) -> list[tuple[str, str, int | None, int | None]]:
+    _enter("enrich")
+    return steps.enrich(container)
+
+
+@DBOS.step(name="register", retries_allowed=True, max_attempts=5)
+def register_step(
+    job: Job,
+    container: dict[str, Any],
+    quality: dict[str, Any],
+    dims: list[Any],
+    labels: list[tuple[str, str, int | None, int | None]],
+) -> bool:
+    ctx = _enter("register")
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        return steps.register(conn, job, container, quality, dims, labels)
+
+
+@DBOS.step(name="register-metadata", retries_allowed=True, max_attempts=5)
+def update_step(
+    job: Job,
+    quality: dict[str, Any] | None,
+    dims: list[Any] | None,
+    labels: list[tuple[str, str, int | None, int | None]],
+) -> bool:
+    ctx = _enter("register")
+    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
+        return steps.update(conn, job, quality, dims, labels)
+
+
+@DBOS.workflow(name=WORKFLOW_NAME)
+def process_recording(data: dict[str, Any]) -> dict[str, Any]:
+    """Run the steps of the job ``data``'s profile (:meth:`Job.to_dict`); the registered
+    container."""
+    job = Job.from_dict(data)
+    if job.profile in FROM_CONTAINER:
+        return _from_container(job)
+    source_path = fetch_step(job)
+    decoded = decode_step(job, source_path)
+    transformed = transform_step(job, decoded)
+    container = encode_step(job, transformed)
+    quality = qc_step(container, transformed)
+    dims = stats_step(container)
+    labels = enrich_step(container)
+    changed = register_step(job, container, quality, dims, labels)
+    return {**container, "episode_id": job.source.episode_id, "changed": changed}
+
+
+def _from_container(job: Job) -> dict[str, Any]:
+    fetch_step(job)
+    container = steps.container_of(job)
+    quality = dims = None
+    if job.profile == "metadata":
+        quality = qc_step(container, None)
+        dims = stats_step(container)
+    labels = enrich_step(container)
+    changed = update_step(job, quality, dims, labels)
+    return {**container, "episode_id": job.source.episode_id, "changed": changed}
+
+
+def _wid() -> str:
+    return DBOS.workflow_id or "none"
