@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pyarrow as pa
 
+from curation.lineage import lineage_rows
 from curation.registration import CurationResult, ManifestAnnotation, register_manifest
 from episodes.ingest import prepare_bytes, store_episode
 from episodes.registry import _EPISODE, _ROBOT, _TASK, episode_params, insert_flags_and_stats
@@ -26,6 +27,8 @@ from manifests.meta import ManifestMeta
 from quarry.stack.migrations import apply_migrations
 from quarry.stack.postgres import EmbeddedPostgres
 from tests.fixtures.postgres import SQL_DIR
+from warehouse.config import DuckLakeConfig
+from warehouse.ducklake.backend import DuckLakeWarehouse
 
 from .conftest import TINY, Stack
 
@@ -66,7 +69,13 @@ def new_version(conn: psycopg.Connection[Any], objects: Path, pipeline_version: 
     return prepared.record.uri
 
 
-def manifest_listing(conn: psycopg.Connection[Any], folder: Path, episode_id: str, uri: str) -> str:
+def manifest_listing(
+    conn: psycopg.Connection[Any],
+    warehouse: DuckLakeWarehouse,
+    folder: Path,
+    episode_id: str,
+    uri: str,
+) -> str:
     table = pa.table(
         {
             "episode_id": [episode_id],
@@ -81,17 +90,34 @@ def manifest_listing(conn: psycopg.Connection[Any], folder: Path, episode_id: st
     meta = ManifestMeta(sql="SELECT * FROM episodes")
     info = build_manifest(table, meta, folder)
     result = CurationResult(info.manifest_id, 1, 1, info.size_bytes, 1, False, info.path)
-    register_manifest(conn, result, meta, "key", "me", ManifestAnnotation(), [episode_id])
+    register_manifest(
+        conn,
+        warehouse.append_lineage,
+        result,
+        meta,
+        "key",
+        "me",
+        ManifestAnnotation(),
+        lineage_rows(table),
+    )
     return info.manifest_id
 
 
 def test_old_database_upgrades_and_gc_keeps_listed_versions(
-    postgres: EmbeddedPostgres, stack: Stack, tmp_path: Path
+    postgres: EmbeddedPostgres,
+    stack: Stack,
+    tmp_path: Path,
+    warehouse: DuckLakeWarehouse,
+    warehouse_config: DuckLakeConfig,
 ) -> None:
     postgres.ensure_database("upgrade_0")
     dsn = postgres.dsn("upgrade_0")
     apply_migrations(dsn, previous_release(tmp_path / "old-sql"))
     stack.env["QUARRY_SOURCE_DSN"] = dsn
+    # gc reads the lineage (which manifests hold an episode) from the warehouse
+    assert warehouse_config.catalog_dsn is not None and warehouse_config.data_path is not None
+    stack.env["QUARRY_WAREHOUSE__CATALOG_DSN"] = warehouse_config.catalog_dsn.get_secret_value()
+    stack.env["QUARRY_WAREHOUSE__DATA_PATH"] = str(warehouse_config.data_path)
     with psycopg.connect(dsn, autocommit=True) as conn:
         eid = old_episode(conn, stack.objects, pipeline_version=1)
         old_uri = conn.execute("SELECT uri FROM episodes").fetchone()[0]  # type: ignore[index]
@@ -103,7 +129,7 @@ def test_old_database_upgrades_and_gc_keeps_listed_versions(
         assert refused.returncode == 2, refused.stderr
         assert "no recorded source" in refused.stderr and eid in refused.stderr
 
-        listed = manifest_listing(conn, stack.root / "manifests", eid, old_uri)
+        listed = manifest_listing(conn, warehouse, stack.root / "manifests", eid, old_uri)
         v2_uri = new_version(conn, stack.objects, pipeline_version=2)
         v3_uri = new_version(conn, stack.objects, pipeline_version=3)
         assert [v.current for v in versions_of(conn, eid)] == [False, False, True]
