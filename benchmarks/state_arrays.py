@@ -48,8 +48,8 @@ def layouts() -> dict[str, WriteOptions]:
     if "vector_arrays" not in fields:
         return {"messages": WriteOptions()}
     return {
-        "messages": WriteOptions(vector_arrays=False),  # type: ignore[call-arg]
-        "arrays": WriteOptions(vector_arrays=True),  # type: ignore[call-arg]
+        "messages": WriteOptions(vector_arrays=False),
+        "arrays": WriteOptions(vector_arrays=True),
     }
 
 
