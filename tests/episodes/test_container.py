@@ -240,7 +240,7 @@ def test_inspect(container: Path, episode: EpisodeData) -> None:
     assert out["stamps"]["robot_sw_version"] == episode.stamps.robot_sw_version
     assert {t["group"] for t in out["topics"]} == {CAMERA_GROUP, STATE_GROUP}
     assert not any(t["topic"].startswith("/quarry/context") for t in out["topics"])
-    assert out["layout"]["context_ns"] == 7 * 10**8
+    assert out["layout"]["context_ns"] == 7 * 10**8 and out["layout"]["window_arrays"]
     assert all(
         len({t["topic"] for t in out["topics"] if t["topic"] in c["topics"]}) >= 1
         for c in out["chunks"]
