@@ -263,9 +263,10 @@ class EpisodeReader:
         while True:
             times, values, span = self._join(loaded, topic, first, last, lo, hi)
             before = span[0] <= self.info.start_ns or (len(times) > 0 and times[0] <= lo)
-            behind = (
-                not after or span[1] >= self.info.end_ns or (len(times) > 0 and times[-1] >= hi)
-            )
+            # (an array's span holds every sample up to its end, so a range past it needs the
+            # next window even when no neighbour after the range is asked for)
+            ends = span[1] >= self.info.end_ns
+            behind = ends or (span[1] > hi and (not after or (len(times) > 0 and times[-1] >= hi)))
             if not before and first > 0:
                 first -= 1
             elif not behind and last < self._last_window:

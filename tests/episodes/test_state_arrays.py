@@ -214,3 +214,18 @@ def test_storage_stays_within_today_s_bytes(tmp_path: Path) -> None:
     arrays = write(tmp_path / "a.mcap", episode, WriteOptions())
     steps = write(tmp_path / "s.mcap", episode, WriteOptions(vector_arrays=False))
     assert arrays.stat().st_size <= 1.05 * steps.stat().st_size
+
+
+def test_arrays_with_less_context_than_claimed_still_give_every_sample(tmp_path: Path) -> None:
+    """The reader picks windows by the layout's context_ns but checks each array's own span:
+    arrays holding less (here 0.1 s against a claimed 0.7 s) only cost more windows read."""
+    episode = synth_episode(11, 3, SMALL, faults=("choppy_joints",))
+    thin = write(tmp_path / "thin.mcap", episode, WriteOptions(context_s=0.1))
+    steps = write(tmp_path / "steps.mcap", episode, WriteOptions(vector_arrays=False))
+    spec = replace(SPECS[1], cameras=("/cam/none",))
+    with EpisodeReader(thin) as left, EpisodeReader(steps) as right:
+        left.info = replace(left.info, context_ns=7 * 10**8)
+        for anchor in spec.anchors(left.info.start_ns, left.info.end_ns):
+            x, y = left.read_sample(int(anchor), spec), right.read_sample(int(anchor), spec)
+            for name in FIELDS:
+                np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=name)
