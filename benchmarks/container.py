@@ -3,13 +3,13 @@ interleaved 1 MiB chunks, and per-frame JPEG (DESIGN.md, "Performance"; issue 4)
 
 The same synthetic episodes (8 topics: 4 cameras in one group; joint positions, joint
 velocities, gripper and actions in the other; textured, noisy frames) are written in each
-layout with equal windows (and, in the grouped and per-topic layouts, the same context copies
-of state and actions around each window). Samples at the same anchors are read locally and
-through the remote path: s3fs against moto's S3 server on loopback (its own process), files
-opened without read-ahead, so each chunk read is one ranged GET. Every layout is read by the same
-``EpisodeReader.read_sample``; the layouts take turns sample by sample (in a rotating order),
-so load from other processes on a shared machine lands on every layout alike instead of on
-whichever ran last.
+layout with equal windows (and, in the grouped and per-topic layouts, the same context of
+state and actions around each window, in window arrays: the writer's default). Samples at the
+same anchors are read locally and through the remote path: s3fs against moto's S3 server on
+loopback (its own process), files opened without read-ahead, so each chunk read is one ranged
+GET. Every layout is read by the same ``EpisodeReader.read_sample``; the layouts take turns
+sample by sample (in a rotating order), so load from other processes on a shared machine lands
+on every layout alike instead of on whichever ran last.
 
 Chunk reads and times are measured inside the reader: ``read_speedup`` compares the fetch
 time (I/O, CRC, decompression and parsing of the chunks), ``io_speedup`` the I/O alone,

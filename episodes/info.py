@@ -30,6 +30,8 @@ class TopicInfo:
     message_count: int | None = None
     #: the channel carrying this topic's context copies (see episodes.layouts), if any.
     context_channel_id: int | None = None
+    #: the channel carrying this topic's window arrays (see episodes.layouts), if any.
+    window_channel_id: int | None = None
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -85,11 +87,15 @@ class ContainerInfo:
         """State topics present, in the fixed state order (positions, velocities, gripper)."""
         return [t for kind in STATE_KINDS if (t := self.vector(kind)) is not None]
 
-    def chunks_with(self, topic: str, *, context: bool = False) -> list[ChunkRef]:
-        """Chunks holding messages of ``topic`` (with ``context``, its context copies too),
-        by start time."""
+    def chunks_with(
+        self, topic: str, *, context: bool = False, window: bool = False
+    ) -> list[ChunkRef]:
+        """Chunks holding messages of ``topic`` (with ``context``, its context copies too;
+        with ``window``, only those holding its window arrays), by start time."""
         info = self.topics[topic]
         channels = {info.channel_id}
+        if window:
+            channels = {info.window_channel_id} if info.window_channel_id is not None else set()
         if context and info.context_channel_id is not None:
             channels.add(info.context_channel_id)
         return [c for c in self.chunks if channels & c.channel_ids]
@@ -117,6 +123,7 @@ def parse_info(summary: Summary, meta: dict[str, str] | None, name: str) -> Cont
             )
         schema = _check_channel(summary, channel.id, row["kind"], name, row["topic"])
         context = _context_channel(summary, layout, channel, name)
+        window = _window_channel(summary, layout, channel, schema, name)
         topics[row["topic"]] = TopicInfo(
             row["topic"],
             row["kind"],
@@ -126,6 +133,7 @@ def parse_info(summary: Summary, meta: dict[str, str] | None, name: str) -> Cont
             schema,
             counts.get(channel.id),
             context,
+            window,
         )
     return ContainerInfo(
         name=name,
@@ -154,6 +162,41 @@ def _context_channel(
     if channel is None or not _same_format(summary, channel, of):
         raise TopicError(
             f"context topic {wanted!r} is missing or differs from its topic",
+            file=name,
+            topic=of.topic,
+        )
+    return channel.id
+
+
+def _window_channel(
+    summary: Summary, layout: dict[str, Any], of: Channel, schema: dict[str, Any], name: str
+) -> int | None:
+    """The channel of the window arrays of ``of``'s topic: named in the layout, encoded
+    ``quarry.vectors.v1`` with the topic's dimension names."""
+    wanted = layout.get("window_topics", {}).get(of.topic)
+    if wanted is None:
+        return None
+    channel = next((c for c in summary.channels.values() if c.topic == wanted), None)
+    found = summary.schemas.get(channel.schema_id) if channel is not None else None
+    if (
+        channel is None
+        or found is None
+        or channel.message_encoding != msg.WINDOW_ENCODING
+        or found.name != msg.WINDOW_SCHEMA
+    ):
+        raise TopicError(
+            f"window topic {wanted!r} is missing or not {msg.WINDOW_ENCODING}/{msg.WINDOW_SCHEMA}",
+            file=name,
+            topic=of.topic,
+        )
+    try:
+        body = msg.parse_schema(found.data, "vector_window", topic=wanted)
+    except SchemaError as exc:
+        exc.file = name
+        raise
+    if body["names"] != schema.get("names"):
+        raise SchemaError(
+            f"window topic {wanted!r} names other dimensions than its topic",
             file=name,
             topic=of.topic,
         )

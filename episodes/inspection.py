@@ -27,6 +27,7 @@ def inspect(source: str | os.PathLike[str] | IO[bytes], *, quality: bool = True)
                 "name": info.layout,
                 "window_ns": info.window_ns,
                 "context_ns": info.context_ns,
+                "window_arrays": any(t.window_channel_id is not None for t in info.topics.values()),
                 "video": info.video,
             },
             "groups": info.groups,

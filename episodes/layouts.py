@@ -15,6 +15,14 @@ horizon then come from one chunk even when they cross the window's edge. The cop
 their sequence numbers. C is the same for every topic and both sides, which is what lets a
 reader trust a chunk's time span: every message of a vector topic inside the span of a chunk
 holding that topic is in the chunk, as itself or as a copy.
+
+With window arrays (the writer's default), the chunk of a window instead carries, for each
+vector topic, one message on the topic's window channel (``/quarry/window`` + the topic,
+encoding ``quarry.vectors.v1``, see ``episodes.messages``) at the window's start time,
+holding as one array every sample of the topic from C seconds before the window to C seconds
+after it: a sample's state history and action horizon parse as one array per topic instead
+of one message per step. The per-step messages stay, so other MCAP tools read every topic as
+before; the context copies are not written (the arrays hold the context).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ CAMERA_GROUP = "cameras"
 STATE_GROUP = "state"
 #: Prefix of the context channel's topic that carries copies of a vector topic's messages.
 CONTEXT_PREFIX = "/quarry/context"
+#: Prefix of the window channel's topic that carries a vector topic's window arrays.
+WINDOW_PREFIX = "/quarry/window"
 GROUPS = (CAMERA_GROUP, STATE_GROUP)
 #: Chunk size of mcap's default writer, bytes.
 DEFAULT_CHUNK_BYTES = 1024 * 1024
@@ -57,6 +67,11 @@ def context_topic(topic: str) -> str:
     return CONTEXT_PREFIX + topic
 
 
+def window_topic(topic: str) -> str:
+    """The topic of the channel carrying the window arrays of ``topic``."""
+    return WINDOW_PREFIX + topic
+
+
 def plan_chunks(
     messages: list[Pending],
     layout: Layout,
@@ -68,7 +83,8 @@ def plan_chunks(
     """Cut messages into chunks, in file order; each inner list is written then flushed.
 
     For ``interleaved`` the single list is handed to mcap's size-based chunking instead.
-    ``topics`` fixes the order of per-topic chunks inside a window. With ``context_ns``, each
+    ``topics`` fixes the order of per-topic chunks inside a window (a topic's window arrays
+    go into its own chunk). With ``context_ns``, each
     chunk holding a ``state``-group topic gets copies (on the topic's context channel) of
     that topic's messages up to ``context_ns`` before and after its window.
     """
@@ -77,6 +93,7 @@ def plan_chunks(
         return [ordered]
     buckets: dict[tuple[int, int], list[Pending]] = defaultdict(list)
     rank = {topic: i for i, topic in enumerate(topics)}
+    rank.update({window_topic(topic): i for i, topic in enumerate(topics)})
     for message in ordered:
         window = (message.time_ns - start_ns) // window_ns
         buckets[_key(message, window, layout, rank)].append(message)
@@ -103,7 +120,7 @@ def _add_context(
     """Add to each chunk of vector topics the context copies its window needs."""
     by_topic: dict[str, list[Pending]] = defaultdict(list)
     for message in ordered:
-        if message.group == STATE_GROUP:
+        if message.group == STATE_GROUP and not message.topic.startswith(WINDOW_PREFIX):
             by_topic[message.topic].append(message)
     times = {topic: [m.time_ns for m in stream] for topic, stream in by_topic.items()}
     for key, chunk in buckets.items():

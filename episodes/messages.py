@@ -10,8 +10,16 @@ encoded frame.
 ``quarry.vector.v1`` (state and action topics), header ``<qH2x`` (12 bytes): sample time
 (int64 nanoseconds), dimension count D (uint16); payload: D little-endian float32 values.
 
+``quarry.vectors.v1`` (window arrays: one message per vector topic per window, see
+``episodes.layouts``), header ``<qqIHH`` (24 bytes): span start and end (int64 ns, the rows
+are every sample of the topic with a time in ``[start, end)``), row count N (uint32),
+dimension count D (uint16), reserved (uint16, 0); then N int64 sample times (ns), N uint32
+sequence numbers (the samples' own messages' ``sequence``), and N x D float32 values, row by
+row; all little-endian, rows in (time, sequence) order.
+
 Each channel's schema (encoding ``quarry.json``) is a JSON object naming the type and, for
-vectors, the dimension names; for frames, the codec and size.
+vectors and window arrays, the dimension names; for frames, the codec and size; each also
+spells out its binary layout, so other tools can decode the messages from the file alone.
 """
 
 from __future__ import annotations
@@ -28,9 +36,11 @@ from .errors import SchemaError
 
 FRAME_ENCODING = "quarry.frame.v1"
 VECTOR_ENCODING = "quarry.vector.v1"
+WINDOW_ENCODING = "quarry.vectors.v1"
 SCHEMA_ENCODING = "quarry.json"
 FRAME_SCHEMA = "quarry.Frame"
 VECTOR_SCHEMA = "quarry.Vector"
+WINDOW_SCHEMA = "quarry.VectorWindow"
 CODEC_H264 = 1
 CODEC_JPEG = 2
 CODECS = {"h264": CODEC_H264, "jpeg": CODEC_JPEG}
@@ -38,6 +48,7 @@ FLAG_KEYFRAME = 1
 
 _FRAME = struct.Struct("<qIHHBB2x")
 _VECTOR = struct.Struct("<qH2x")
+_WINDOW = struct.Struct("<qqIHH")
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,66 @@ def unpack_vectors(
     return times, values.reshape(len(messages), dims)
 
 
+@dataclass(frozen=True)
+class VectorWindow:
+    """One window array: every sample of a topic with a time in ``[span_start_ns,
+    span_end_ns)``, in (time, sequence) order; times (N,) int64 ns, sequences (N,) uint32,
+    values (N, D) float32 (read-only views of the message)."""
+
+    span_start_ns: int
+    span_end_ns: int
+    times: npt.NDArray[np.int64]
+    sequences: npt.NDArray[np.uint32]
+    values: npt.NDArray[np.float32]
+
+
+def pack_window(
+    span_start_ns: int,
+    span_end_ns: int,
+    times: npt.NDArray[np.int64],
+    sequences: npt.NDArray[np.int64],
+    values: npt.NDArray[np.float32],
+) -> bytes:
+    """Serialize a window array (rows already in (time, sequence) order)."""
+    rows, dims = values.shape
+    return b"".join(
+        (
+            _WINDOW.pack(span_start_ns, span_end_ns, rows, dims, 0),
+            times.astype("<i8").tobytes(),
+            sequences.astype("<u4").tobytes(),
+            values.astype("<f4").tobytes(),
+        )
+    )
+
+
+def unpack_window(message: bytes, dims: int, topic: str, window: int) -> VectorWindow:
+    """Parse a window array of ``dims`` values a row; :class:`SchemaError` naming the topic
+    and the window when its shape, its length or its times do not fit."""
+    where = f"window {window} array"
+    if len(message) < _WINDOW.size:
+        raise SchemaError(
+            f"{where} of {len(message)} bytes is shorter than its header", topic=topic
+        )
+    start, end, rows, found, _ = _WINDOW.unpack_from(message)
+    if found != dims:
+        raise SchemaError(f"{where} has {found} values a row, the schema says {dims}", topic=topic)
+    need = _WINDOW.size + rows * (8 + 4 + 4 * dims)
+    if len(message) != need:
+        raise SchemaError(
+            f"{where} of {rows} rows x {dims} values with their times and sequences needs "
+            f"{need} bytes, got {len(message)}",
+            topic=topic,
+        )
+    times = np.frombuffer(message, "<i8", rows, _WINDOW.size)
+    sequences = np.frombuffer(message, "<u4", rows, _WINDOW.size + 8 * rows)
+    values = np.frombuffer(message, "<f4", rows * dims, _WINDOW.size + 12 * rows)
+    if rows > 1 and bool((times[1:] < times[:-1]).any()):
+        raise SchemaError(f"{where} has times out of order", topic=topic)
+    if rows and (times[0] < start or times[-1] >= end):
+        raise SchemaError(f"{where} has times outside its span [{start}, {end})", topic=topic)
+    return VectorWindow(start, end, times, sequences, values.reshape(rows, dims))
+
+
 def frame_schema(codec: str, width: int, height: int) -> bytes:
     """Schema data of a camera channel."""
     body = {
@@ -112,6 +183,19 @@ def vector_schema(names: tuple[str, ...]) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
 
 
+def window_schema(names: tuple[str, ...]) -> bytes:
+    """Schema data of a window array channel (the layout spelled out for other tools)."""
+    body = {
+        "type": "vector_window",
+        "dtype": "float32",
+        "names": list(names),
+        "header": "<qqIHH",
+        "header_fields": ["span_start_ns", "span_end_ns", "rows", "dims", "reserved"],
+        "body": ["rows x <i8 time_ns", "rows x <u4 sequence", "rows x dims <f4 values"],
+    }
+    return json.dumps(body, sort_keys=True).encode()
+
+
 def parse_schema(data: bytes, expected_type: str, topic: str | None = None) -> dict[str, Any]:
     """Parse and check a channel's JSON schema; :class:`SchemaError` when it does not fit."""
     try:
@@ -120,7 +204,7 @@ def parse_schema(data: bytes, expected_type: str, topic: str | None = None) -> d
         raise SchemaError(f"schema is not JSON: {exc}", topic=topic) from exc
     if not isinstance(body, dict) or body.get("type") != expected_type:
         raise SchemaError(f"schema is not a {expected_type} schema", topic=topic)
-    if expected_type == "vector" and not isinstance(body.get("names"), list):
+    if expected_type in ("vector", "vector_window") and not isinstance(body.get("names"), list):
         raise SchemaError("vector schema lacks dimension names", topic=topic)
     if expected_type == "frame" and body.get("codec") not in CODECS:
         raise SchemaError(f"unknown frame codec {body.get('codec')!r}", topic=topic)

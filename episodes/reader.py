@@ -21,7 +21,15 @@ from ._h264 import decode_h264
 from ._index import ChunkRef, LoadedChunk, Source, read_chunk, read_metadata, read_summary
 from ._jpeg import decode_jpeg
 from .episode import ACTIONS
-from .errors import DecodeError, RangeError, SchemaError, SourceError, SpecError, TopicError
+from .errors import (
+    ContainerError,
+    DecodeError,
+    RangeError,
+    SchemaError,
+    SourceError,
+    SpecError,
+    TopicError,
+)
 from .info import METADATA_NAME, ContainerInfo, TopicInfo, parse_info
 from .sample import Sample, frame_picks, grid, hold, interpolate
 from .spec import SampleSpec
@@ -64,6 +72,16 @@ class EpisodeReader:
             t: [r.start_ns for r in refs] for t, refs in self._context_refs.items()
         }
         self._starts = {t: [r.start_ns for r in refs] for t, refs in self._refs.items()}
+        self._window_refs = {
+            t: self.info.chunks_with(t, window=True)
+            for t, info in self.info.topics.items()
+            if info.window_channel_id is not None
+        }
+        self._window_starts = {
+            t: [r.start_ns for r in refs] for t, refs in self._window_refs.items()
+        }
+        span = self.info.end_ns - self.info.start_ns
+        self._last_window = max(0, -(-span // self.info.window_ns) - 1)
         # Decoding runs carried from one sample to the next (consecutive anchors of a block
         # order go on decoding instead of starting at the keyframe again).
         self._runs = RunDecoder()
@@ -202,10 +220,13 @@ class EpisodeReader:
         at = grid(anchor_ns, spec.period_ns, spec.state_history, 0)
         parts, valid = [], np.ones(len(at), dtype=bool)
         for topic in topics:
-            times, values = loaded.vectors(
+            found = self._from_arrays(loaded, topic, int(at[0]), anchor_ns, True)
+            times, values = found or loaded.vectors(
                 self._span(loaded, topic, int(at[0]), anchor_ns, True), topic
             )
-            part, ok = interpolate(times, values, at, 1e9 / topic.rate_hz)
+            part, ok = interpolate(
+                times, values, at, 1e9 / topic.rate_hz, ordered=found is not None
+            )
             parts.append(part)
             valid &= ok
         return np.concatenate(parts, axis=1), at, valid
@@ -218,9 +239,127 @@ class EpisodeReader:
             raise TopicError("container has no actions topic", file=self.name, topic=ACTIONS)
         at = grid(anchor_ns, spec.period_ns, 0, spec.action_horizon)
         hi = min(int(at[-1]), self.info.end_ns - 1)
-        times, values = loaded.vectors(self._span(loaded, topic, anchor_ns, hi, False), topic)
-        out, valid = hold(times, values, at, 1e9 / topic.rate_hz)
+        found = self._from_arrays(loaded, topic, anchor_ns, hi, False)
+        times, values = found or loaded.vectors(
+            self._span(loaded, topic, anchor_ns, hi, False), topic
+        )
+        out, valid = hold(times, values, at, 1e9 / topic.rate_hz, ordered=found is not None)
         return out, at, valid & (at < self.info.end_ns)
+
+    def _from_arrays(
+        self, loaded: _Loaded, topic: TopicInfo, lo: int, hi: int, after: bool
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+        """``topic``'s samples in ``[lo, hi]`` with one at/before ``lo`` (and, if ``after``,
+        one at/after ``hi``) where they exist, from its window arrays; ``None`` when the
+        container has none (it was written before them, or without).
+
+        The fewest windows whose arrays (each holding its window and the context around it)
+        span the range are read, and one more on a side where the neighbour outside the range
+        lies beyond them. Rows come in (time, sequence) order, the order the per-step path
+        resamples in, so both give the same sample."""
+        if topic.window_channel_id is None:
+            return None
+        first, last = self._windows_for(lo, hi, loaded.around)
+        while True:
+            times, values, span = self._join(loaded, topic, first, last, lo, hi)
+            before = span[0] <= self.info.start_ns or (len(times) > 0 and times[0] <= lo)
+            # (an array's span holds every sample up to its end, so a range past it needs the
+            # next window even when no neighbour after the range is asked for)
+            ends = span[1] >= self.info.end_ns
+            behind = ends or (span[1] > hi and (not after or (len(times) > 0 and times[-1] >= hi)))
+            if not before and first > 0:
+                first -= 1
+            elif not behind and last < self._last_window:
+                last += 1
+            else:
+                return times, values
+
+    def _windows_for(self, lo: int, hi: int, around: tuple[int, int] | None) -> tuple[int, int]:
+        """The first and last window whose arrays span ``[lo, hi]``, the arrays holding
+        ``context_ns`` on either side of their window: the fewest, and where one window does,
+        one that also spans the sample's whole stretch ``around`` (so that the state and the
+        action topics take the same chunk), nearest the middle of the stretch."""
+        start, width, context = self.info.start_ns, self.info.window_ns, self.info.context_ns
+
+        def window(time_ns: int) -> int:
+            return min(max((time_ns - start) // width, 0), self._last_window)
+
+        low, high = window(hi - context), window(lo + context)  # each alone spans [lo, hi]
+        if low > high:
+            return high, low
+        around = around or (lo, hi)
+        wide_low, wide_high = (
+            max(low, window(around[1] - context)),
+            min(high, window(around[0] + context)),
+        )
+        if wide_low <= wide_high:
+            low, high = wide_low, wide_high
+        middle = window((around[0] + around[1]) // 2)
+        k = min(max(middle, low), high)
+        return k, k
+
+    def _join(
+        self, loaded: _Loaded, topic: TopicInfo, first: int, last: int, lo: int, hi: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32], tuple[int, int]]:
+        """Rows of windows ``first``..``last`` (each window's own, plus the context before the
+        first and after the last), cut to ``[lo, hi]`` and their neighbours, and the span."""
+        arrays = [self._window(loaded, topic, k) for k in range(first, last + 1)]
+        if len(arrays) == 1:
+            times, values = arrays[0].times, arrays[0].values
+        else:
+            start, width = self.info.start_ns, self.info.window_ns
+            parts = []
+            for k, array in enumerate(arrays, first):
+                own_lo = array.span_start_ns if k == first else start + k * width
+                own_hi = array.span_end_ns if k == last else start + (k + 1) * width
+                a, b = np.searchsorted(array.times, (own_lo, own_hi))
+                parts.append((array.times[a:b], array.values[a:b]))
+            times = np.concatenate([t for t, _ in parts])
+            values = np.concatenate([v for _, v in parts])
+        a = max(0, int(np.searchsorted(times, lo, "left")) - 1)
+        b = int(np.searchsorted(times, hi, "right")) + 1
+        return times[a:b], values[a:b], (arrays[0].span_start_ns, arrays[-1].span_end_ns)
+
+    def _window(self, loaded: _Loaded, topic: TopicInfo, k: int) -> msg.VectorWindow:
+        """Window ``k``'s array of ``topic`` (the message at the window's start time on the
+        topic's window channel), checked; a clear error naming topic and window otherwise."""
+        at = self.info.start_ns + k * self.info.window_ns
+        channel = topic.window_channel_id
+        assert channel is not None
+        found: list[Message] = []
+        ref: ChunkRef | None = None
+        for ref in self._window_chunks(topic.topic, at):
+            found = [m for m in loaded.channel(ref, channel, at, at) if m.log_time == at]
+            if found:
+                break
+        if len(found) != 1:
+            raise ContainerError(
+                f"window {k} has {len(found)} window arrays at {at}, expected 1",
+                file=self.name,
+                topic=topic.topic,
+                offset=ref.offset if ref else None,
+            )
+        try:
+            array = msg.unpack_window(found[0].data, len(topic.names), topic.topic, k)
+            if array.span_start_ns > at or array.span_end_ns < at + self.info.window_ns:
+                raise SchemaError(
+                    f"window {k} array spans [{array.span_start_ns}, {array.span_end_ns}), "
+                    f"less than its window [{at}, {at + self.info.window_ns})",
+                    topic=topic.topic,
+                )
+        except SchemaError as exc:
+            exc.file, exc.offset = self.name, ref.offset if ref else None
+            raise
+        return array
+
+    def _window_chunks(self, topic: str, at: int) -> Iterator[ChunkRef]:
+        """Chunks with ``topic``'s window arrays whose span holds ``at``: the latest one
+        starting at/before it first (the only one in Quarry's layouts), then any other."""
+        refs = self._window_refs[topic]
+        i = bisect.bisect_right(self._window_starts[topic], at) - 1
+        for ref in [*refs[i : i + 1], *reversed(refs[: max(i, 0)])]:
+            if ref.start_ns <= at <= ref.end_ns:
+                yield ref
 
     def _span(
         self, loaded: _Loaded, topic: TopicInfo, lo: int, hi: int, after: bool
@@ -376,15 +515,22 @@ class _Loaded:
         """``topic``'s messages in the chunk at ``ref``: all, or those in ``[lo, hi]`` and
         their nearest neighbours outside it (see :meth:`LoadedChunk.messages`); with
         ``context``, its context copies in the chunk too (same sequence numbers)."""
+        found = self.channel(ref, topic.channel_id, lo, hi)
+        if context and topic.context_channel_id is not None:
+            found += self.channel(ref, topic.context_channel_id, lo, hi)
+        return found
+
+    def channel(
+        self, ref: ChunkRef, channel: int, lo: int | None = None, hi: int | None = None
+    ) -> list[Message]:
+        """``channel``'s messages in the chunk at ``ref`` (as :meth:`messages`)."""
         chunk = self._chunks.get(ref.offset)
         started = time.perf_counter()
         if chunk is None:
             chunk = read_chunk(self._reader._src, ref)
             self._chunks[ref.offset] = chunk
             self._reader.chunk_reads += 1
-        found = chunk.messages(topic.channel_id, lo, hi)
-        if context and topic.context_channel_id is not None:
-            found += chunk.messages(topic.context_channel_id, lo, hi)
+        found = chunk.messages(channel, lo, hi)
         self._reader.fetch_seconds += time.perf_counter() - started
         return found
 

@@ -60,22 +60,32 @@ def interpolate(
     values: npt.NDArray[np.float32],
     at: npt.NDArray[np.int64],
     period_ns: float,
+    *,
+    ordered: bool = False,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-    """Linear interpolation of ``values`` (N, D) sampled at ``times`` onto ``at``, with validity."""
-    dims = values.shape[1]
-    if len(times) == 0:
+    """Linear interpolation of ``values`` (N, D) sampled at ``times`` onto ``at``, with validity.
+
+    ``ordered``: the rows are already in time order (ties in recorded order), as a window
+    array's are, so the stable sort that puts them there is skipped.
+    """
+    dims, count = values.shape[1], len(times)
+    if count == 0:
         return np.zeros((len(at), dims), np.float32), np.zeros(len(at), bool)
-    order = np.argsort(times, kind="stable")
-    times, values = times[order], values[order]
+    if not ordered:
+        order = np.argsort(times, kind="stable")
+        times, values = times[order], values[order]
     prev = np.searchsorted(times, at, side="right") - 1
-    lo = np.clip(prev, 0, len(times) - 1)
-    hi = np.clip(prev + 1, 0, len(times) - 1)
+    lo = np.maximum(prev, 0)  # prev <= count - 1 and prev + 1 >= 0 always
+    hi = np.minimum(prev + 1, count - 1)
     t0, t1 = times[lo], times[hi]
     span = np.maximum(t1 - t0, 1)
-    weight = np.where(hi > lo, np.clip((at - t0) / span, 0.0, 1.0), 0.0)[:, None]
-    out = values[lo] + weight * (values[hi] - values[lo])
-    inside = (prev >= 0) & (hi > lo) & (t1 - t0 <= MAX_GAP_PERIODS * period_ns)
-    held = (prev >= 0) & (at - t0 <= MAX_HOLD_PERIODS * period_ns)
+    ratio = np.minimum(np.maximum((at - t0) / span, 0.0), 1.0)
+    weight = np.where(hi > lo, ratio, 0.0)[:, None]
+    start = values[lo]
+    out = start + weight * (values[hi] - start)
+    known = prev >= 0
+    inside = known & (hi > lo) & (t1 - t0 <= MAX_GAP_PERIODS * period_ns)
+    held = known & (at - t0 <= MAX_HOLD_PERIODS * period_ns)
     return out.astype(np.float32), inside | held
 
 
@@ -84,15 +94,21 @@ def hold(
     values: npt.NDArray[np.float32],
     at: npt.NDArray[np.int64],
     period_ns: float,
+    *,
+    ordered: bool = False,
 ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.bool_]]:
-    """Zero-order hold of ``values`` (N, D) onto ``at``: the last sample at or before each time."""
+    """Zero-order hold of ``values`` (N, D) onto ``at``: the last sample at or before each time.
+
+    ``ordered`` as for :func:`interpolate`.
+    """
     dims = values.shape[1]
     if len(times) == 0:
         return np.zeros((len(at), dims), np.float32), np.zeros(len(at), bool)
-    order = np.argsort(times, kind="stable")
-    times, values = times[order], values[order]
+    if not ordered:
+        order = np.argsort(times, kind="stable")
+        times, values = times[order], values[order]
     prev = np.searchsorted(times, at, side="right") - 1
-    idx = np.clip(prev, 0, len(times) - 1)
+    idx = np.maximum(prev, 0)  # prev <= len(times) - 1 always
     valid = (prev >= 0) & (at - times[idx] <= MAX_HOLD_PERIODS * period_ns)
     return values[idx].astype(np.float32, copy=False), valid
 

@@ -25,6 +25,7 @@ from .layouts import (
     Pending,
     context_topic,
     plan_chunks,
+    window_topic,
 )
 
 PROFILE = "quarry"
@@ -42,12 +43,18 @@ class WriteOptions:
         history and action horizon up to that long never need the neighbouring window's
         chunk; 0 writes none. The default covers the default sample spec's 0.64 s horizon
         (32 steps at 50 Hz) and its neighbours. The interleaved layout never has any.
+    :param vector_arrays: also write, for each vector topic and window, one window array (on
+        the topic's window channel) holding the window's samples and their context, which a
+        sample parses as one array; the context then lives in the arrays and no context
+        copies are written. ``False`` writes the layout of containers before window arrays.
+        The interleaved layout never has any.
     """
 
     layout: Layout = Layout.GROUPED
     window_s: float = 2.0
     video: VideoConfig = field(default_factory=VideoConfig)
     context_s: float = 0.7
+    vector_arrays: bool = True
 
     @property
     def window_ns(self) -> int:
@@ -60,6 +67,16 @@ class WriteOptions:
         if self.layout is Layout.INTERLEAVED:
             return 0
         return round(self.context_s * 1e9)
+
+    @property
+    def arrays(self) -> bool:
+        """Whether window arrays are written (never in the interleaved layout)."""
+        return self.vector_arrays and self.layout is not Layout.INTERLEAVED
+
+    @property
+    def copies_ns(self) -> int:
+        """Context carried as per-step copies on context channels (0 with window arrays)."""
+        return 0 if self.arrays else self.context_ns
 
 
 def write_episode(
@@ -87,8 +104,10 @@ def _write(episode: EpisodeData, stream: IO[bytes], options: WriteOptions) -> No
     writer.add_metadata(METADATA_NAME, container_metadata(episode, options))
     pending = [m for cam in episode.cameras for m in _camera_messages(episode, cam, options)]
     pending += [m for vec in episode.vectors for m in _vector_messages(vec)]
+    if options.arrays:
+        pending += [m for vec in episode.vectors for m in _window_arrays(episode, vec, options)]
     chunks = plan_chunks(
-        pending, options.layout, episode.start_ns, options.window_ns, topics, options.context_ns
+        pending, options.layout, episode.start_ns, options.window_ns, topics, options.copies_ns
     )
     for chunk in chunks:
         for m in chunk:
@@ -113,7 +132,15 @@ def _register_channels(
         )
         meta = {"kind": vec.kind, "group": STATE_GROUP, "rate_hz": repr(float(vec.rate_hz))}
         channels[vec.topic] = writer.register_channel(vec.topic, msg.VECTOR_ENCODING, schema, meta)
-        if options.context_ns > 0:
+        if options.arrays:
+            array = writer.register_schema(
+                msg.WINDOW_SCHEMA, msg.SCHEMA_ENCODING, msg.window_schema(vec.names)
+            )
+            window = {**meta, "kind": "window", "window_of": vec.topic}
+            channels[window_topic(vec.topic)] = writer.register_channel(
+                window_topic(vec.topic), msg.WINDOW_ENCODING, array, window
+            )
+        if options.copies_ns > 0:
             context = {**meta, "kind": "context", "context_of": vec.topic}
             channels[context_topic(vec.topic)] = writer.register_channel(
                 context_topic(vec.topic), msg.VECTOR_ENCODING, schema, context
@@ -154,6 +181,25 @@ def _vector_messages(vec: VectorStream) -> list[Pending]:
         Pending(int(t), vec.topic, STATE_GROUP, i, msg.pack_vector(int(t), values[i]))
         for i, t in enumerate(vec.timestamps_ns)
     ]
+
+
+def _window_arrays(episode: EpisodeData, vec: VectorStream, options: WriteOptions) -> list[Pending]:
+    """One window array per window of the episode (empty ones too, so every window has one):
+    the topic's samples from ``context_ns`` before the window to ``context_ns`` after it, in
+    (time, sequence) order, as a message at the window's start time."""
+    order = np.lexsort((np.arange(len(vec.timestamps_ns)), vec.timestamps_ns))
+    times = vec.timestamps_ns[order].astype(np.int64)
+    values = vec.values.astype(np.float32, copy=False)[order]
+    window, context = options.window_ns, options.context_ns
+    count = -(-(episode.end_ns - episode.start_ns) // window)
+    out = []
+    for k in range(count):
+        at = episode.start_ns + k * window
+        lo, hi = at - context, at + window + context
+        first, last = np.searchsorted(times, [lo, hi], side="left")
+        data = msg.pack_window(lo, hi, times[first:last], order[first:last], values[first:last])
+        out.append(Pending(at, window_topic(vec.topic), STATE_GROUP, k, data))
+    return out
 
 
 def _keyframe_frames(cam: CameraStream, keyframe_s: float) -> int:
@@ -208,9 +254,11 @@ def container_metadata(episode: EpisodeData, options: WriteOptions) -> dict[str,
         "video": options.video.to_dict(),
         "context_ns": options.context_ns,
         "context_topics": {
-            v.topic: context_topic(v.topic) for v in episode.vectors if options.context_ns > 0
+            v.topic: context_topic(v.topic) for v in episode.vectors if options.copies_ns > 0
         },
     }
+    if options.arrays:  # absent otherwise, so containers without arrays keep their bytes
+        layout["window_topics"] = {v.topic: window_topic(v.topic) for v in episode.vectors}
     return {
         "format": FORMAT,
         "episode": json.dumps(description, sort_keys=True),

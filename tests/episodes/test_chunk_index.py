@@ -44,7 +44,10 @@ def test_index_follows_every_chunk_and_is_read_with_it(container: Path) -> None:
 def test_a_range_gives_its_messages_and_one_neighbour_each_side(container: Path) -> None:
     reader, ref = _chunk_and_reader(container)
     reader.close()
+    arrays = {t.window_channel_id for t in reader.info.topics.values()}  # one per window
     for channel, every in _all_messages(container, ref).items():
+        if channel in arrays:
+            continue
         times = [t for _, t, _ in every]
         assert times == sorted(times) and len(every) > 4
         lo, hi = times[2], times[-3]

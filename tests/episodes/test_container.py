@@ -27,28 +27,46 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float(10 * np.log10(255**2 / max(mse, 1e-9)))
 
 
-def test_one_chunk_per_group_per_window(container: Path, episode: EpisodeData) -> None:
-    with EpisodeReader(container) as reader:
+@pytest.mark.parametrize("arrays", [True, False])
+def test_one_chunk_per_group_per_window(
+    arrays: bool, container: Path, episode: EpisodeData, tmp_path: Path
+) -> None:
+    """Default (window arrays): each window's state chunk holds its own samples and one
+    array per topic, nothing outside the window. Without arrays: its samples and context
+    copies up to context_ns on either side."""
+    path = container if arrays else write(tmp_path, episode, WriteOptions(vector_arrays=False))
+    with EpisodeReader(path) as reader:
         info = reader.info
         assert info.layout == "grouped" and info.window_ns == 2 * 10**9
         windows = -(-(episode.end_ns - episode.start_ns) // info.window_ns)
         assert len(info.chunks) == 2 * windows
         groups = {t.channel_id: t.group for t in info.topics.values()}
-        contexts = {
+        extra = {
             t.context_channel_id: t.group
             for t in info.topics.values()
             if t.context_channel_id is not None
         }
-        assert set(contexts.values()) == {STATE_GROUP} and info.context_ns == 7 * 10**8
+        windowed = {
+            t.window_channel_id: t.group
+            for t in info.topics.values()
+            if t.window_channel_id is not None
+        }
+        assert info.context_ns == 7 * 10**8
+        assert set((windowed if arrays else extra).values()) == {STATE_GROUP}
+        assert not (extra if arrays else windowed)
         seen = []
         for chunk in sorted(info.chunks, key=lambda c: c.offset):
-            kinds = {groups.get(c) or contexts[c] for c in chunk.channel_ids}
+            kinds = {groups.get(c) or {**extra, **windowed}[c] for c in chunk.channel_ids}
             assert len(kinds) == 1
             kind = kinds.pop()
-            if kind == CAMERA_GROUP:
+            if kind == CAMERA_GROUP or arrays:
                 window = (chunk.start_ns - episode.start_ns) // info.window_ns
                 assert (chunk.end_ns - episode.start_ns) // info.window_ns == window
-            else:  # the camera chunk's window, with up to context_ns on either side
+            if kind == STATE_GROUP and arrays:
+                assert chunk.channel_ids == set(groups) - {
+                    c.channel_id for c in info.cameras
+                } | set(windowed)
+            elif kind == STATE_GROUP:  # the camera chunk's window, with context on either side
                 low = episode.start_ns + window * info.window_ns - info.context_ns
                 assert (
                     low
@@ -222,7 +240,7 @@ def test_inspect(container: Path, episode: EpisodeData) -> None:
     assert out["stamps"]["robot_sw_version"] == episode.stamps.robot_sw_version
     assert {t["group"] for t in out["topics"]} == {CAMERA_GROUP, STATE_GROUP}
     assert not any(t["topic"].startswith("/quarry/context") for t in out["topics"])
-    assert out["layout"]["context_ns"] == 7 * 10**8
+    assert out["layout"]["context_ns"] == 7 * 10**8 and out["layout"]["window_arrays"]
     assert all(
         len({t["topic"] for t in out["topics"] if t["topic"] in c["topics"]}) >= 1
         for c in out["chunks"]
