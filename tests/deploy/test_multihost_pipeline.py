@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from pipeline.job import STEPS
-from pipeline.worker import DEAD_AFTER_S
+from pipeline.worker import DEAD_AFTER_S, HEARTBEAT_S
 from tests.deploy.test_multihost_training import (
     KEYS,
     QUARRY,
@@ -129,11 +129,11 @@ def test_a_lost_worker_hosts_workflows_finish_on_another(network: Network) -> No
     assert steps_log(w1, run_id, lost) == ["fetch", "decode", "transform", "encode"]
 
     w1.kill()  # for good: its processes, its link, its namespace
-    killed = time.monotonic()
     recovered = wait_until(
         lambda: bool(steps_log(w2, run_id, lost)), RECOVERY_BOUND_S, "w2 resuming w1's workflow"
     )
-    assert recovered >= DEAD_AFTER_S - 1  # found silent, not a restart of w1
+    # Taken once w1's last heartbeat (up to HEARTBEAT_S before the kill) is DEAD_AFTER_S old.
+    assert recovered >= DEAD_AFTER_S - HEARTBEAT_S - 0.5, recovered
     show = [QUARRY, "pipeline", "show", run_id, "--json", "--state-dir", str(w2.state)]
 
     def finished() -> bool:
@@ -169,4 +169,3 @@ def test_a_lost_worker_hosts_workflows_finish_on_another(network: Network) -> No
     )  # fmt: skip
     assert sorted(map(tuple, labels)) == sorted((eid, 1) for eid in ids)
     print(f"recovered in {recovered:.1f} s after the kill; test {time.monotonic() - begin:.1f} s")
-    assert time.monotonic() - killed < 120
