@@ -3,7 +3,7 @@ worker keeps the step's intermediate files."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +54,14 @@ class Job:
 
 @dataclass(frozen=True)
 class WorkerPaths:
-    """Where a worker writes: containers under ``objects``, step files under ``work``."""
+    """Where a worker writes: containers under ``objects`` (or, with ``objects_url``, an S3
+    prefix every worker reaches, with s3fs's ``storage_options``), step files under ``work``
+    (this machine's: a step whose file is missing recomputes it from the source)."""
 
     objects: Path
     work: Path
+    objects_url: str | None = None
+    storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def folder(self, workflow_id: str) -> Path:
         """The step files of one workflow (deleted once it registered)."""

@@ -17,12 +17,11 @@ import numpy as np
 import psycopg
 
 from episodes.episode import ACTIONS, EpisodeData
-from episodes.errors import ChecksumError, SourceError
+from episodes.errors import SourceError
 from episodes.foreign import (
     add_ingest_flags,
     add_source_failures,
     decode_recording,
-    file_sha256,
     transform_recording,
 )
 from episodes.ingest import encode_container, write_atomic
@@ -41,8 +40,9 @@ from episodes.versions import (
     register_version,
     update_metadata,
 )
-from episodes.writer import WriteOptions
+from episodes.writer import WriteOptions, write_episode
 
+from . import objects
 from .errors import PipelineError
 from .job import Job, WorkerPaths
 
@@ -54,20 +54,42 @@ IDLE_MIN_S = 1.0
 ENRICH_AUTHOR = "pipeline:enrich"
 
 
-def fetch(job: Job) -> str:
+def fetch(job: Job, paths: WorkerPaths, workflow_id: str) -> str:
     """The source's local path, checked against its recorded SHA-256 (a synthetic source
-    has no file: its parameters are the source)."""
+    has no file: its parameters are the source; one in S3 is copied into the workflow's
+    folder)."""
     source = job.source
     if source.kind == SYNTH:
         return source.uri
-    if source.kind == CONTAINER and not source.uri.startswith("file://"):
-        raise SourceError("container not in a local object store", file=source.uri)
-    path = Path(source.uri.removeprefix("file://"))
-    if not path.is_file():
-        raise SourceError("source recording or container missing", file=str(path))
-    if file_sha256(path) != source.sha256:
-        raise ChecksumError("source recording does not match its SHA-256", file=str(path))
-    return str(path)
+    if source.kind == CONTAINER and not source.uri.startswith(("file://", "s3://")):
+        raise SourceError("container neither local nor in S3", file=source.uri)
+    target = paths.folder(workflow_id) / "source.mcap"
+    return str(objects.local_copy(source.uri, source.sha256, target, paths.storage_options))
+
+
+def source_here(job: Job, paths: WorkerPaths, workflow_id: str, source_path: str) -> str:
+    """``source_path`` when it is on this machine, else fetched again (a workflow resumed
+    on another machine than the one that ran ``fetch``)."""
+    if job.source.kind == SYNTH or Path(source_path).is_file():
+        return source_path
+    return fetch(job, paths, workflow_id)
+
+
+def decoded_here(job: Job, paths: WorkerPaths, workflow_id: str, decoded: str) -> str:
+    """The ``decode`` step file when it is on this machine, else decoded again from the
+    source (the step files are each machine's own)."""
+    if Path(decoded).is_file():
+        return decoded
+    return decode(job, paths, workflow_id, fetch(job, paths, workflow_id))
+
+
+def episode_here(job: Job, paths: WorkerPaths, workflow_id: str, transformed: str) -> str:
+    """The ``transform`` step file when it is on this machine, else made again from the
+    source (decoded, transformed: deterministic, so the same episode)."""
+    if Path(transformed).is_file():
+        return transformed
+    decoded = decode(job, paths, workflow_id, fetch(job, paths, workflow_id))
+    return transform(job, paths, workflow_id, decoded)
 
 
 def decode(job: Job, paths: WorkerPaths, workflow_id: str, source_path: str) -> str:
@@ -107,19 +129,35 @@ def encode(job: Job, paths: WorkerPaths, transformed: str) -> dict[str, Any]:
     """Write the container (content-addressed: a redone encode lands on the same file)."""
     episode, _ = _load(transformed)
     window = job.source.options.get("mapping", {}).get("window_s", 2.0)
-    uri, data = encode_container(episode, paths.objects, WriteOptions(window_s=window))
+    options = WriteOptions(window_s=window)
+    if paths.objects_url is None:
+        uri, data = encode_container(episode, paths.objects, options)
+    else:
+        buffer = io.BytesIO()
+        write_episode(episode, buffer, options)
+        data = buffer.getvalue()
+        key = objects.container_key(
+            episode.robot_id, episode.episode_id, hashlib.sha256(data).hexdigest()
+        )
+        uri = paths.objects_url.rstrip("/") + "/" + key
+        objects.put(uri, data, paths.storage_options)
     return {"uri": uri, "size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def qc(
-    container: dict[str, Any], transformed: str | None, conn: psycopg.Connection[Any] | None
+    container: dict[str, Any],
+    transformed: str | None,
+    conn: psycopg.Connection[Any] | None,
+    store: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Quality flags and report of the container, with the source's decode failures (from
-    the decoded source, or from the episode's row when ``transformed`` is ``None``)."""
-    quality = check_episode(_reader(container))
+    the decoded source, or from the episode's row when ``transformed`` is ``None``);
+    ``store``: s3fs's options for a container in S3."""
+    reader = _reader(container, store)
+    quality = check_episode(reader)
     if transformed is None:
         assert conn is not None
-        carry_ingest_flags(conn, str(_reader(container).info.episode["episode_id"]), quality)
+        carry_ingest_flags(conn, str(reader.info.episode["episode_id"]), quality)
     else:
         _, extra = _load(transformed)
         if "foreign" in extra:
@@ -131,15 +169,17 @@ def qc(
     }
 
 
-def stats(container: dict[str, Any]) -> list[DimStats]:
+def stats(container: dict[str, Any], store: dict[str, Any] | None = None) -> list[DimStats]:
     """Per-dimension statistics of the container's state and actions."""
-    return episode_stats(_reader(container))
+    return episode_stats(_reader(container, store))
 
 
-def enrich(container: dict[str, Any]) -> list[tuple[str, str, int | None, int | None]]:
+def enrich(
+    container: dict[str, Any], store: dict[str, Any] | None = None
+) -> list[tuple[str, str, int | None, int | None]]:
     """Labels computed from the data: ``idle`` segments (actions still for >= 1 s) and
     ``outcome`` (the episode's success)."""
-    reader = _reader(container)
+    reader = _reader(container, store)
     labels: list[tuple[str, str, int | None, int | None]] = [
         ("outcome", "success" if reader.info.episode.get("success") else "failure", None, None)
     ]
@@ -174,10 +214,11 @@ def register(
     quality: dict[str, Any],
     dims: list[DimStats],
     labels: list[tuple[str, str, int | None, int | None]],
+    store: dict[str, Any] | None = None,
 ) -> bool:
     """Register the container: a new episode, or a new version of a registered one. Returns
     whether anything changed (a redone register changes nothing)."""
-    reader = _reader(container)
+    reader = _reader(container, store)
     record = record_from_info(
         reader.info, container["uri"], container["size_bytes"], container["sha256"]
     )
@@ -235,9 +276,9 @@ def _with_version(episode: EpisodeData, version: int) -> Any:
     return dataclasses.replace(episode.stamps, pipeline_version=version)
 
 
-def _reader(container: dict[str, Any]) -> EpisodeReader:
-    path = Path(container["uri"].removeprefix("file://"))
-    return EpisodeReader(io.BytesIO(path.read_bytes()), name=container["uri"])
+def _reader(container: dict[str, Any], store: dict[str, Any] | None) -> EpisodeReader:
+    data = objects.read(container["uri"], store or {})
+    return EpisodeReader(io.BytesIO(data), name=container["uri"])
 
 
 def _dump(path: Path, data: object) -> str:

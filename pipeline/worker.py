@@ -1,18 +1,37 @@
 """``quarry worker``: a DBOS process that dequeues recordings' workflows and runs them;
-on start it recovers the workflows its executor left unfinished (a killed worker's)."""
+on start it recovers the workflows its executor left unfinished (a killed worker's).
+
+Workers on many machines also recover each other's: each says it is alive every
+:data:`HEARTBEAT_S` in a table of the system schema (Postgres's clock, so the machines' clocks
+do not matter), and one that finds another silent for :data:`DEAD_AFTER_S` hands that
+executor's pending workflows back to the queue (DBOS's recovery of an executor's workflows,
+which re-enqueues them; doing so twice, from two survivors, changes nothing once one
+dequeued them). They resume at the step each was in, on whichever worker dequeues them.
+"""
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from typing import Any
 
+import psycopg
 from dbos import DBOS, DBOSConfig
 
 from . import workflow
 from .engine import SYSTEM_SCHEMA, system_url
 from .job import WorkerContext
 from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME
+
+#: How often a worker records that it is alive, seconds.
+HEARTBEAT_S = 2.0
+#: A worker silent this long is taken for dead and its pending workflows recovered, seconds.
+DEAD_AFTER_S = 10.0
+#: The workers' heartbeats (executor ID, last seen), in DBOS's schema: the pipeline's own.
+WORKERS_TABLE = f"{SYSTEM_SCHEMA}.quarry_workers"
+
+log = logging.getLogger(__name__)
 
 
 def launch(context: WorkerContext, executor_id: str = "local") -> None:
@@ -44,6 +63,44 @@ def run_worker(context: WorkerContext, executor_id: str = "local") -> None:
     signal.signal(signal.SIGINT, on_signal)
     launch(context, executor_id)
     try:
-        stop.wait()
+        with psycopg.connect(context.dsn, autocommit=True) as conn:
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {WORKERS_TABLE}"
+                " (executor_id text PRIMARY KEY, seen_at timestamptz NOT NULL)"
+            )
+        while not stop.is_set():
+            try:
+                recover_dead(context.dsn, executor_id)
+            except psycopg.Error as error:  # the database away a moment: the next beat
+                log.warning("heartbeat failed: %s", error)
+            stop.wait(HEARTBEAT_S)
     finally:
         DBOS.destroy(workflow_completion_timeout_sec=0)
+
+
+def recover_dead(dsn: str, executor_id: str, dead_after_s: float = DEAD_AFTER_S) -> list[str]:
+    """Record ``executor_id`` alive, and recover the pending workflows of every other
+    executor silent for ``dead_after_s`` (its row is dropped once they are back in the
+    queue; a restart with its ID records it again). The executors recovered."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f"INSERT INTO {WORKERS_TABLE} (executor_id, seen_at) VALUES (%s, now())"
+            " ON CONFLICT (executor_id) DO UPDATE SET seen_at = now()",
+            (executor_id,),
+        )
+        stale = "seen_at < now() - make_interval(secs => %s) AND executor_id <> %s"
+        dead = [
+            row[0]
+            for row in conn.execute(
+                f"SELECT executor_id FROM {WORKERS_TABLE} WHERE {stale}",
+                (dead_after_s, executor_id),
+            )
+        ]
+        for other in dead:
+            handles = DBOS._recover_pending_workflows([other])
+            log.warning("executor %s silent: recovered %d workflows", other, len(handles))
+            conn.execute(
+                f"DELETE FROM {WORKERS_TABLE} WHERE executor_id = %s AND {stale}",
+                (other, dead_after_s, executor_id),
+            )
+    return dead

@@ -60,47 +60,55 @@ def _enter(step: str) -> WorkerContext:
 
 @DBOS.step(name="fetch")
 def fetch_step(job: Job) -> str:
-    _enter("fetch")
-    return steps.fetch(job)
+    ctx = _enter("fetch")
+    return steps.fetch(job, ctx.paths, _wid())
 
 
 @DBOS.step(name="decode")
 def decode_step(job: Job, source_path: str) -> str:
     ctx = _enter("decode")
+    source_path = steps.source_here(job, ctx.paths, _wid(), source_path)
     return steps.decode(job, ctx.paths, _wid(), source_path)
 
 
 @DBOS.step(name="transform")
 def transform_step(job: Job, decoded: str) -> str:
     ctx = _enter("transform")
+    decoded = steps.decoded_here(job, ctx.paths, _wid(), decoded)
     return steps.transform(job, ctx.paths, _wid(), decoded)
 
 
 @DBOS.step(name="encode")
 def encode_step(job: Job, transformed: str) -> dict[str, Any]:
     ctx = _enter("encode")
+    transformed = steps.episode_here(job, ctx.paths, _wid(), transformed)
     return steps.encode(job, ctx.paths, transformed)
 
 
 @DBOS.step(name="qc")
-def qc_step(container: dict[str, Any], transformed: str | None) -> dict[str, Any]:
+def qc_step(
+    container: dict[str, Any], transformed: str | None, job: Job | None = None
+) -> dict[str, Any]:
     ctx = _enter("qc")
+    store = ctx.paths.storage_options
     if transformed is not None:
-        return steps.qc(container, transformed, None)
+        assert job is not None
+        transformed = steps.episode_here(job, ctx.paths, _wid(), transformed)
+        return steps.qc(container, transformed, None, store)
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-        return steps.qc(container, None, conn)
+        return steps.qc(container, None, conn, store)
 
 
 @DBOS.step(name="stats")
 def stats_step(container: dict[str, Any]) -> list[Any]:
-    _enter("stats")
-    return steps.stats(container)
+    ctx = _enter("stats")
+    return steps.stats(container, ctx.paths.storage_options)
 
 
 @DBOS.step(name="enrich")
 def enrich_step(container: dict[str, Any]) -> list[tuple[str, str, int | None, int | None]]:
-    _enter("enrich")
-    return steps.enrich(container)
+    ctx = _enter("enrich")
+    return steps.enrich(container, ctx.paths.storage_options)
 
 
 @DBOS.step(name="register", retries_allowed=True, max_attempts=5)
@@ -113,7 +121,8 @@ def register_step(
 ) -> bool:
     ctx = _enter("register")
     with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-        return steps.register(conn, job, container, quality, dims, labels)
+        store = ctx.paths.storage_options
+        return steps.register(conn, job, container, quality, dims, labels, store)
 
 
 @DBOS.step(name="register-metadata", retries_allowed=True, max_attempts=5)
@@ -139,7 +148,7 @@ def process_recording(data: dict[str, Any]) -> dict[str, Any]:
     decoded = decode_step(job, source_path)
     transformed = transform_step(job, decoded)
     container = encode_step(job, transformed)
-    quality = qc_step(container, transformed)
+    quality = qc_step(container, transformed, job)
     dims = stats_step(container)
     labels = enrich_step(container)
     changed = register_step(job, container, quality, dims, labels)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from cdc.settings import FollowerSettings
 from curation.config import CurationConfig
@@ -23,12 +23,29 @@ from quarry.stack.postgres import (
     EmbeddedPostgres,
 )
 from service.settings import ManifestsConfig, ServiceConfig, ServiceSettings
-from warehouse.config import ENV_PREFIX, DuckLakeConfig, WarehouseConfig
+from warehouse.config import ENV_PREFIX, DuckLakeConfig, S3Config, WarehouseConfig
 from warehouse.errors import WarehouseError
 
 SQL_ROOT = Path(__file__).resolve().parents[1] / "sql"
 #: The environment variable of the ClickHouse backend's DSN (a secret: never a flag).
 CLICKHOUSE_DSN_ENV = ENV_PREFIX + "DSN"
+
+
+class PipelineConfig(BaseModel):
+    """Where the pipeline's workers keep containers and landed recordings: the state folder's
+    ``objects/`` (the default, one machine), or an S3 prefix every worker reaches, so that a
+    workflow resumed on another machine finds them (``s3`` as the warehouse's: endpoint,
+    region, keys, ``use_ssl``, ``url_style``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    objects_url: str | None = Field(
+        default=None,
+        pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._/-]*)?$",
+        description="containers and landed recordings in S3 (s3://bucket/prefix), for workers "
+        "on several machines; unset: the state folder's objects/",
+    )
+    s3: S3Config = S3Config()
 
 
 class Settings(FollowerSettings):
@@ -47,6 +64,7 @@ class Settings(FollowerSettings):
     service: ServiceConfig = ServiceConfig()
     curation: CurationConfig = CurationConfig()
     manifests: ManifestsConfig = ManifestsConfig()
+    pipeline: PipelineConfig = PipelineConfig()
 
     @property
     def paths(self) -> StatePaths:

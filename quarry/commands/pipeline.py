@@ -3,6 +3,7 @@ recordings' workflows): ingestion as DBOS durable workflows (docs/pipeline.md)."
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from quarry.commands._where import selected_episodes
 from quarry.commands.episodes import service_error
 from quarry.commands.ingest import _recordings
 from quarry.errors import BadInputError, StackError
-from quarry.stack.paths import StatePaths
+from quarry.settings import Settings
 
 
 @click.group()
@@ -86,14 +87,14 @@ def run(
     from pipeline.runs import enqueue_run, new_run_id, wait_run  # loads DBOS: only here
 
     settings = build_settings(state_dir)
-    state, dsn = settings.paths, settings.operational_dsn()
+    dsn = settings.operational_dsn()
     run_id = new_run_id()
     try:
         if profile == "full":
             mapping = (load_mapping(mapping_file) if mapping_file else Mapping()).with_overrides(
                 **overrides
             )
-            jobs = _landed_jobs(state, paths, mapping, run_id, pipeline_version)
+            jobs = _landed_jobs(settings, paths, mapping, run_id, pipeline_version)
         else:
             if predicate is not None:
                 client = ServiceClient.for_state(settings)
@@ -145,23 +146,42 @@ def worker(
     """Run the ingest pipeline's workflows until SIGTERM; on start, resume the workflows this
     executor left unfinished at the step each was in."""
     from pipeline.worker import run_worker  # loads DBOS: only here
+    from service.manifest_files import storage_options
 
     settings = build_settings(state_dir)
-    paths = WorkerPaths(settings.paths.objects, settings.paths.pipeline_work)
+    section = settings.pipeline
+    paths = WorkerPaths(
+        settings.paths.objects,
+        settings.paths.pipeline_work,
+        section.objects_url,
+        storage_options(section.s3) if section.objects_url else {},
+    )
     context = WorkerContext(paths, settings.operational_dsn(), pause_before, pause_file)
     run_worker(context, executor_id)
 
 
 def _landed_jobs(
-    state: StatePaths, paths: tuple[Path, ...], mapping: Mapping, run_id: str, version: int
+    settings: Settings, paths: tuple[Path, ...], mapping: Mapping, run_id: str, version: int
 ) -> list[Job]:
+    """The recordings landed (in S3 too, with ``pipeline.objects_url``: the workers may be
+    on other machines), one job each."""
     if not paths:
         raise BadInputError("profile full takes the recordings to ingest: give their paths")
+    url = settings.pipeline.objects_url
     jobs = []
     for path in _recordings(paths):
         digest = file_sha256(path)
         eid = recording_id(digest)
-        source = land_recording(state.objects, path, digest, eid, mapping)
+        source = land_recording(settings.paths.objects, path, digest, eid, mapping)
+        if url is not None:
+            from pipeline.objects import landing_key, put_file
+            from service.manifest_files import storage_options
+
+            uri = url.rstrip("/") + "/" + landing_key(digest)
+            put_file(
+                uri, Path(source.uri.removeprefix("file://")), storage_options(settings.pipeline.s3)
+            )
+            source = dataclasses.replace(source, uri=uri)
         jobs.append(Job(run_id, "full", source, version))
     _check_identity(mapping)
     return jobs

@@ -36,7 +36,8 @@ def _describe(status: StackStatus) -> str:
     "embedded Postgres; the state folder keeps only logs, the URL and the admin token.",
 )
 def up(state_dir: Path | None, as_json: bool, external: bool) -> None:
-    """Start the embedded stack (Postgres, warehouse, CDC, service) in the background."""
+    """Start the embedded stack (Postgres, warehouse, CDC, service, a pipeline worker) in
+    the background."""
     status = Stack(build_settings(state_dir)).up(external=external)
     emit(status.to_dict(), as_json, _describe(status))
     if not status.healthy:

@@ -1,5 +1,6 @@
-"""The embedded stack of one state folder: Postgres, the warehouse, the CDC follower and the
-HTTP service. ``up`` starts what is not running and returns once every part is healthy; the
+"""The embedded stack of one state folder: Postgres, the warehouse, the CDC follower, the
+HTTP service and one pipeline worker (``quarry worker``, executor ID :data:`STACK_WORKER_ID`).
+``up`` starts what is not running and returns once every part is healthy; the
 parts keep running in the background until ``down``.
 
 With ``cdc.source = "debezium"`` (``QUARRY_CDC__SOURCE``) Debezium Server feeds the warehouse
@@ -40,7 +41,10 @@ T = TypeVar("T")
 #: stack loads clickhouse-connect only when it uses it).
 CHDB_SCHEME = "chdb:"
 # Started in this order by ``up``, stopped in reverse by ``down``.
-DAEMONS = ("cdc", "service")
+DAEMONS = ("cdc", "service", "worker")
+#: The executor ID of the pipeline worker ``up`` starts (docs/pipeline.md): its own, so a
+#: ``quarry worker`` started by hand (``local`` by default) never shares it.
+STACK_WORKER_ID = "stack"
 
 
 @dataclass
@@ -167,6 +171,7 @@ class Stack:
             "postgres": self._postgres_status(external=bool(record.get("external"))),
             "cdc": self._cdc_status((record.get("cdc") or {}).get("pid")),
             "service": self._service_status((record.get("service") or {}).get("pid"), url),
+            "worker": self._worker_status((record.get("worker") or {}).get("pid")),
         }
         return StackStatus(str(self.paths.root), url, parts)
 
@@ -215,7 +220,11 @@ class Stack:
             carry_over_lineage(conn, warehouse)
 
     def _daemon(self, name: str) -> Daemon:
-        args = {"service": ("serve",), "cdc": ("cdc", "follow")}[name]
+        args = {
+            "service": ("serve",),
+            "cdc": ("cdc", "follow"),
+            "worker": ("worker", "--executor-id", STACK_WORKER_ID),
+        }[name]
         return Daemon(
             name, (*args, "--state-dir", str(self.paths.root)), self.paths.logs / f"{name}.log"
         )
@@ -322,6 +331,12 @@ class Stack:
             return PartStatus(False, {"error": str(error)})
         where = {"external": True} if external else {"socket_dir": str(self.paths.socket_dir)}
         return PartStatus(True, {"version": version[0] if version else None, **where})
+
+    def _worker_status(self, pid: int | None) -> PartStatus:
+        """The pipeline worker ``up`` started: running or not (more may run elsewhere)."""
+        if not processes.is_alive(pid, self._marker()):
+            return PartStatus(False, {"error": "not running"})
+        return PartStatus(True, {"pid": pid, "executor_id": STACK_WORKER_ID})
 
     def _service_status(self, pid: int | None, url: str | None) -> PartStatus:
         if not processes.is_alive(pid, self._marker()) or url is None:

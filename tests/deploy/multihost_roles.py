@@ -5,7 +5,8 @@ JSON``), each on its own host; every result is one JSON line on stdout.
 with password logins from the test's subnet (the catalog reader's trust rule as on the socket),
 migrated, with an admin token. ``fleet``: synthetic episodes written to S3 and registered in
 Postgres, as a fleet's uploader would. ``curate``: a curation POSTed to the service.
-``train``: one node's torchrun agent (``launch_run``).
+``train``: one node's torchrun agent (``launch_run``). ``stale``: a bucket, and small
+synthetic episodes of an older pipeline version registered, for the pipeline to reprocess.
 """
 
 from __future__ import annotations
@@ -80,6 +81,24 @@ def fleet(dsn: str, s3: dict[str, str], buckets: list[str], episodes: int) -> di
     return {"episodes": created}
 
 
+def stale(
+    dsn: str, s3: dict[str, str], bucket: str, objects: str, episodes: int, version: int
+) -> dict[str, Any]:
+    import boto3  # type: ignore[import-untyped]
+
+    from episodes.ingest import ingest_synth
+    from episodes.synth import FleetConfig
+
+    boto3.client("s3", region_name="us-east-1", **s3).create_bucket(Bucket=bucket)
+    config = FleetConfig(width=64, height=48, duration_s=(3.0, 3.5))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done = ingest_synth(
+            conn, Path(objects), episodes, seed=5, config=config, workers=1,
+            pipeline_version=version,
+        )  # fmt: skip
+    return {"episodes": [r.episode_id for r in done]}
+
+
 def curate(url: str, token: str, sql: str, rows: int, timeout_s: float) -> dict[str, Any]:
     """POST the curation until it holds ``rows`` rows (the follower may still be catching up)."""
     deadline = time.monotonic() + timeout_s
@@ -106,6 +125,7 @@ ROLES: dict[str, Callable[..., dict[str, Any]]] = {
     "postgres": postgres,
     "fleet": fleet,
     "curate": curate,
+    "stale": stale,
     "train": train,
 }
 

@@ -77,7 +77,10 @@ def test_the_topology(compose: dict[str, Any]) -> None:
     assert services["quarry-cdc"]["profiles"] == ["pgoutput"]
     assert services["debezium-server"]["profiles"] == ["debezium"]
     assert services["clickhouse"]["profiles"] == ["clickhouse"]
-    assert "quarry-worker" not in services  # there is no worker command yet (docs/deploy.md)
+    worker = services["quarry-worker"]  # one pipeline worker, an executor ID of its own
+    assert worker["command"] == ["worker", "--executor-id", "compose-worker-1"]
+    assert "compose-worker-1" in worker["healthcheck"]["test"][-1]
+    assert "replicas" not in worker.get("deploy", {})  # replicas would share the ID
     for name, service in services.items():
         if service.get("restart") != "no" and not name.startswith("quarry-service-"):
             assert "healthcheck" in service, name

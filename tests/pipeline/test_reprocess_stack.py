@@ -1,19 +1,18 @@
 """The whole path on a stack of its own: stale episodes (ingested with an old
 ``--pipeline-version``) are selected with ``--where`` through the curation guard, reprocessed
-from their sources by a worker, and CDC carries the new versions into the warehouse; a
-manifest built before still rebuilds byte-identical, a new curation sees the new versions."""
+from their sources by the worker ``quarry up`` started (none by hand), and CDC carries the
+new versions into the warehouse; a manifest built before still rebuilds byte-identical, a new
+curation sees the new versions."""
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.fixtures.stack import QUARRY, run_json, run_quarry, state
+from tests.fixtures.stack import run_json, run_quarry, state
 
 __all__ = ["state"]
 
@@ -34,7 +33,6 @@ def wait_count(state_dir: Path, version: int, count: int, timeout_s: float = 60)
 @pytest.mark.slow
 def test_reprocess_stale_episodes_keeps_old_manifests(state: Path) -> None:
     run_quarry(state, "up", timeout=300)
-    worker = None
     try:
         run_quarry(
             state,
@@ -64,7 +62,6 @@ def test_reprocess_stale_episodes_keeps_old_manifests(state: Path) -> None:
         )
         assert refused.returncode == 2 and "refused" in refused.stderr, refused.stderr
 
-        worker = subprocess.Popen([QUARRY, "worker", "--state-dir", str(state)])
         run = run_json(
             state,
             "pipeline",
@@ -88,7 +85,4 @@ def test_reprocess_stale_episodes_keeps_old_manifests(state: Path) -> None:
         card = json.dumps(run_json(state, "manifests", "show", new))
         assert card  # the new manifest is registered
     finally:
-        if worker is not None:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(timeout=30)
         run_quarry(state, "down", check=False, timeout=120)

@@ -25,7 +25,9 @@ def test_up_status_down_up_keeps_state(state: Path) -> None:
         assert up["healthy"] and up["service_url"].startswith("http://127.0.0.1:")
         status = run_json(state, "status")
         assert status["healthy"]
-        assert set(status["parts"]) == {"postgres", "cdc", "service"}
+        assert set(status["parts"]) == {"postgres", "cdc", "service", "worker"}
+        worker = status["parts"]["worker"]
+        assert worker["executor_id"] == "stack" and processes.is_alive(worker["pid"], str(state))
         assert httpx.get(status["service_url"] + "/healthz").json() == {"status": "ok"}
 
         dsn = EmbeddedPostgres(StatePaths.at(state)).dsn()
@@ -37,6 +39,11 @@ def test_up_status_down_up_keeps_state(state: Path) -> None:
         run_quarry(state, "down")
         down = run_quarry(state, "status", "--json", check=False)
         assert down.returncode == 3
+        assert not processes.is_alive(worker["pid"], str(state))  # down stops the worker
+        assert json.loads(down.stdout)["parts"]["worker"] == {
+            "healthy": False,
+            "error": "not running",
+        }
 
         again = run_json(state, "up")
         assert again["healthy"]
