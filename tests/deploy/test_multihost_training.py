@@ -269,8 +269,9 @@ def check_lost_job(path: DataPath, job_id: str) -> None:
     assert keys == [f"manifests/{path.manifest_id}.arrow"]
     # A's sessions on the operational database (the build's open transaction among them)
     # are gone: the service's keepalives and user timeout let the server drop them
-    # (service/context.py, KEEPALIVE); without them they were still there 60 s on. (Its catalog sessions, opened
-    # by DuckDB's postgres extension, stay: docs/deploy.md, Not done yet.)
+    # (service/context.py, KEEPALIVE); without them they were still there 60 s on. (Its
+    # catalog sessions, opened by DuckDB's postgres extension, stay: docs/deploy.md, Not
+    # done yet.)
     left, deadline = sessions(path.db, path.replicas[0].address), time.monotonic() + 60
     while left and time.monotonic() < deadline:
         time.sleep(2)
