@@ -22,6 +22,20 @@ from warehouse.errors import WarehouseError
 
 #: Seconds the slot of the warehouse's CDC writer is remembered (read from its position).
 SLOT_CACHE_S = 60.0
+#: TCP keepalives of each operational connection, on both ends: idle seconds, seconds between
+#: probes, probes; and how long sent data may stay unacknowledged (``tcp_user_timeout``: the
+#: bound once a reply to a gone peer is in flight, where keepalives do not apply). A replica
+#: removed with its host sends neither FIN nor RST, and Postgres would keep its sessions (a
+#: build's open transaction, its locks and snapshot among them) until the kernel gave up,
+#: over two hours by default; with these the server drops them after about 25 s, rolling
+#: back what they had not committed. The client's side lets a replica notice a Postgres host
+#: that is gone. (All are ignored on a Unix socket.)
+KEEPALIVE = (10, 5, 3)
+USER_TIMEOUT_MS = 25_000
+_SERVER_KEEPALIVE = (
+    "SET tcp_keepalives_idle = {}; SET tcp_keepalives_interval = {}; "
+    "SET tcp_keepalives_count = {}; SET tcp_user_timeout = {}"
+).format(*KEEPALIVE, USER_TIMEOUT_MS)
 
 
 @dataclass
@@ -36,8 +50,26 @@ class ServiceContext:
         self.manifests = manifest_place(self.settings)
 
     def connect(self) -> psycopg.Connection[tuple[object, ...]]:
-        """A new connection to the operational database; the caller closes it."""
-        return psycopg.connect(self.settings.operational_dsn.get_secret_value(), connect_timeout=5)
+        """A new connection to the operational database, with :data:`KEEPALIVE` on both ends;
+        the caller closes it."""
+        idle, interval, count = KEEPALIVE
+        conn = psycopg.connect(
+            self.settings.operational_dsn.get_secret_value(),
+            connect_timeout=5,
+            keepalives=1,
+            keepalives_idle=idle,
+            keepalives_interval=interval,
+            keepalives_count=count,
+            tcp_user_timeout=USER_TIMEOUT_MS,
+        )
+        try:
+            # SET, not a startup ``options``: a pooler such as PgBouncer refuses those.
+            conn.execute(_SERVER_KEEPALIVE)
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def warehouse(self) -> Warehouse:
         """The warehouse of the settings' backend, for reads and manifests' lineage: the

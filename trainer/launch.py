@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import secrets
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,26 @@ def torchrun_command(config: TrainerConfig, config_path: Path, python: str) -> l
     return [*command, "-m", "trainer", "--config", str(config_path)]
 
 
+#: Set for the torchrun agents of a job on several nodes (unless already set): torch 2.13's c10d
+#: rendezvous otherwise shares its TCP store with the workers, and a node that replaces a lost
+#: one never joins: the surviving rank-0 agent keeps its first round's store and never
+#: publishes ``MASTER_ADDR`` in the new round, which the new node's agent waits for until it
+#: fails (docs/trainer.md).
+SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+def agent_environment(
+    config: TrainerConfig, environ: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of this node's torchrun agent: ``environ`` (default: this process's),
+    with :data:`SHARE_STORE_ENV` set to ``1`` for a job on several nodes unless ``environ``
+    already sets it (the user's choice stands)."""
+    env = dict(os.environ if environ is None else environ)
+    if config.launch.nnodes != "1" and SHARE_STORE_ENV not in env:
+        env[SHARE_STORE_ENV] = "1"
+    return env
+
+
 def launch_run(
     config: TrainerConfig, *, python: str | None = None, log_path: Path | None = None
 ) -> LaunchResult:
@@ -125,13 +147,14 @@ def launch_run(
     command = torchrun_command(config, config_path, python or sys.executable)
     launch_id = uuid.uuid4().hex
     poll_s = config.launch.monitor_interval_s
+    env = agent_environment(config)
     try:
         if log_path is None:
-            returncode, terminal = supervise(command, folder, launch_id, poll_s)
+            returncode, terminal = supervise(command, folder, launch_id, poll_s, env=env)
         else:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with log_path.open("ab") as log:
-                returncode, terminal = supervise(command, folder, launch_id, poll_s, log)
+                returncode, terminal = supervise(command, folder, launch_id, poll_s, log, env)
     except OSError as exc:
         raise LaunchError(f"cannot start torchrun: {exc}") from exc
     summary = read_json(folder / "summary.json") if returncode == 0 else None

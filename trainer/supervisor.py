@@ -36,7 +36,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -65,15 +65,17 @@ def supervise(
     launch_id: str,
     poll_s: float,
     output: IO[bytes] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[int, dict[str, Any] | None]:
     """Run ``command`` (torchrun) and return its exit status and the terminal failure record
     that ended it early, if one did.
 
     :param poll_s: how often to look for a terminal failure record, seconds.
     :param output: where torchrun's stdout and stderr go (default: inherited).
+    :param env: torchrun's environment (default: this process's).
     :raises OSError: the command could not be started.
     """
-    env = {**os.environ, LAUNCH_ENV: launch_id}
+    env = {**(os.environ if env is None else env), LAUNCH_ENV: launch_id}
     stderr = subprocess.STDOUT if output is not None else None
     process = subprocess.Popen(command, env=env, stdout=output, stderr=stderr)
     try:

@@ -5,8 +5,15 @@ JSON``), each on its own host; every result is one JSON line on stdout.
 with password logins from the test's subnet (the catalog reader's trust rule as on the socket),
 migrated, with an admin token. ``fleet``: synthetic episodes written to S3 and registered in
 Postgres, as a fleet's uploader would. ``curate``: a curation POSTed to the service.
+<<<<<<< HEAD
 ``train``: one node's torchrun agent (``launch_run``). ``stale``: a bucket, and small
 synthetic episodes of an older pipeline version registered, for the pipeline to reprocess.
+=======
+``served``: what a replica serves of a manifest (registry entry, Arrow file, card) beside the
+bucket's object. ``submit``/``job``: a curation job queued on one replica, read on another.
+``objects``: the keys under a bucket's prefix. ``train``: one node's torchrun agent
+(``launch_run``).
+>>>>>>> replicas
 """
 
 from __future__ import annotations
@@ -113,6 +120,64 @@ def curate(url: str, token: str, sql: str, rows: int, timeout_s: float) -> dict[
         time.sleep(0.5)
 
 
+def served(
+    url: str, token: str, manifest_id: str, s3: dict[str, str], bucket: str
+) -> dict[str, Any]:
+    """The registry entry, the Arrow file's hash, the card and the bucket object's hash."""
+    import hashlib
+
+    import boto3  # type: ignore[import-untyped]
+
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as api:
+        shown = api.get(f"/v1/manifests/{manifest_id}")
+        arrow = api.get(f"/v1/manifests/{manifest_id}/arrow")
+        card = api.get(f"/v1/manifests/{manifest_id}/card")
+    client = boto3.client("s3", region_name="us-east-1", **s3)
+    stored = client.get_object(Bucket=bucket, Key=f"manifests/{manifest_id}.arrow")["Body"].read()
+    return {
+        "show": [shown.status_code, shown.json()],
+        "arrow": [arrow.status_code, hashlib.sha256(arrow.content).hexdigest()],
+        "etag": arrow.headers.get("etag"),
+        "card": [card.status_code, card.json()],
+        "stored": hashlib.sha256(stored).hexdigest(),
+    }
+
+
+def submit(url: str, status_url: str, token: str, sql: str) -> dict[str, Any]:
+    """Queue ``sql`` as a job on ``url``; return it once ``status_url`` reads it running."""
+    headers = {"Authorization": f"Bearer {token}"}
+    queued = httpx.post(
+        f"{url}/v1/curations", params={"async": "true"}, json={"sql": sql}, headers=headers
+    )
+    if queued.status_code != 202:
+        raise SystemExit(f"not queued: {queued.status_code} {queued.text}")
+    return job(status_url, token, queued.json()["id"], ["running"], 60)
+
+
+def job(url: str, token: str, job_id: str, statuses: list[str], timeout_s: float) -> dict[str, Any]:
+    """The job as ``url`` reads it, once its status is one of ``statuses``."""
+    deadline = time.monotonic() + timeout_s
+    headers = {"Authorization": f"Bearer {token}"}
+    while True:
+        read: dict[str, Any] = httpx.get(
+            f"{url}/v1/curations/jobs/{job_id}", headers=headers, timeout=30
+        ).json()
+        if read["status"] in statuses:
+            return read
+        if time.monotonic() > deadline:
+            raise SystemExit(f"job {job_id} not {statuses} in {timeout_s} s: {read}")
+        time.sleep(0.2)
+
+
+def objects(s3: dict[str, str], bucket: str, prefix: str) -> dict[str, Any]:
+    import boto3  # type: ignore[import-untyped]
+
+    client = boto3.client("s3", region_name="us-east-1", **s3)
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix)
+    return {"keys": sorted(item["Key"] for item in listed.get("Contents", []))}
+
+
 def train(settings: dict[str, Any]) -> dict[str, Any]:
     from trainer.config import load_config
     from trainer.launch import launch_run
@@ -126,6 +191,10 @@ ROLES: dict[str, Callable[..., dict[str, Any]]] = {
     "fleet": fleet,
     "curate": curate,
     "stale": stale,
+    "served": served,
+    "submit": submit,
+    "job": job,
+    "objects": objects,
     "train": train,
 }
 

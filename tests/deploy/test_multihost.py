@@ -1,5 +1,6 @@
 """The multi-host fixture itself: hosts share no files and no Unix sockets, only TCP between
-their addresses; a removed host is gone; a killed run's leftovers are swept."""
+their addresses; a removed host is gone; an unplugged one runs on, unreachable; a killed
+run's leftovers are swept."""
 
 from __future__ import annotations
 
@@ -112,6 +113,16 @@ def test_a_killed_host_is_gone(network: Network) -> None:
     listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
     assert a.netns not in listed.stdout
     assert b.netns in listed.stdout
+
+
+def test_an_unplugged_host_runs_on_and_reaches_no_one(network: Network) -> None:
+    a, b = network.add("a"), network.add("b")
+    serve(a)
+    a.unplug()
+    assert probe(b, a)["tcp_address"] in {"TimeoutError", "OSError"}  # no answer, no reset
+    assert probe(a, a)["tcp_loopback"] == "a"  # its processes run on (its link is gone)
+    a.kill()
+    assert not a.alive
 
 
 def test_the_sweep_removes_a_killed_runs_namespaces() -> None:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from trainer.__main__ import build_config, default_run_name, parse_args
-from trainer.launch import torchrun_command
+from trainer.launch import agent_environment, torchrun_command
 from trainer.world import World
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,6 +107,7 @@ def test_every_pod_runs_the_launchers_torchrun_command(job: dict[str, Any]) -> N
         )
         built = torchrun_command(config, Path("unused.json"), "python")
         assert built[: built.index("trainer") - 1] == launcher  # nnodes, restarts, rdzv, id
+        assert agent_environment(config, env) == env  # what launch_run would add, it has
 
 
 def test_the_token_is_the_secrets_file_and_the_node_folder_is_per_pod(

@@ -17,14 +17,17 @@ from manifests import ManifestMeta, build_manifest
 from trainer.config import load_config
 from trainer.errors import ExitCode, LaunchError
 from trainer.launch import (
+    SHARE_STORE_ENV,
     LaunchResult,
+    agent_environment,
     exit_status,
     launch_run,
     torchrun_command,
     with_run_name,
 )
 from trainer.records import write_json
-from trainer.supervisor import terminal_failure
+from trainer.supervisor import supervise, terminal_failure
+from trainer.world import LAUNCH_ENV
 
 
 def test_single_node_runs_standalone(tmp_path: Path) -> None:
@@ -164,3 +167,21 @@ def test_only_this_launchs_records_are_terminal(tmp_path: Path) -> None:
     assert terminal_failure(tmp_path, "mine") is None
     write_json(tmp_path / "failures" / "c.json", {"launch": "mine", "retryable": False, "wall": 1})
     assert terminal_failure(tmp_path, "mine") == {"launch": "mine", "retryable": False, "wall": 1}
+
+
+def test_agents_of_a_multi_node_job_do_not_share_the_rendezvous_store(tmp_path: Path) -> None:
+    """torch 2.13 shares the c10d rendezvous store with the workers unless told not to, and
+    then a node replacing a lost one never joins (tests/deploy/test_multihost_training.py)."""
+    several = load_config(values={"run_name": "r1", "launch.nnodes": "2"})
+    one = load_config(values={"run_name": "r1"})
+    assert agent_environment(several, {"PATH": "/bin"}) == {"PATH": "/bin", SHARE_STORE_ENV: "1"}
+    assert agent_environment(one, {"PATH": "/bin"}) == {"PATH": "/bin"}
+    assert agent_environment(several, {SHARE_STORE_ENV: "0"}) == {SHARE_STORE_ENV: "0"}
+    # supervise hands the environment to the agent it starts
+    out = tmp_path / "env.json"
+    code = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
+    env = agent_environment(several, {"PATH": "/usr/bin:/bin"})
+    returncode, _ = supervise([sys.executable, "-c", code], tmp_path, "launch-1", 0.05, env=env)
+    seen = json.loads(out.read_text())
+    assert returncode == 0 and seen[SHARE_STORE_ENV] == "1" and seen["PATH"] == "/usr/bin:/bin"
+    assert seen[LAUNCH_ENV] == "launch-1"
