@@ -5,15 +5,11 @@ JSON``), each on its own host; every result is one JSON line on stdout.
 with password logins from the test's subnet (the catalog reader's trust rule as on the socket),
 migrated, with an admin token. ``fleet``: synthetic episodes written to S3 and registered in
 Postgres, as a fleet's uploader would. ``curate``: a curation POSTed to the service.
-<<<<<<< HEAD
-``train``: one node's torchrun agent (``launch_run``). ``stale``: a bucket, and small
-synthetic episodes of an older pipeline version registered, for the pipeline to reprocess.
-=======
 ``served``: what a replica serves of a manifest (registry entry, Arrow file, card) beside the
 bucket's object. ``submit``/``job``: a curation job queued on one replica, read on another.
 ``objects``: the keys under a bucket's prefix. ``train``: one node's torchrun agent
-(``launch_run``).
->>>>>>> replicas
+(``launch_run``). ``stale``: a bucket, and small synthetic episodes of an older pipeline
+version registered, for the pipeline to reprocess.
 """
 
 from __future__ import annotations
