@@ -173,11 +173,14 @@ class FaultSection(_Section):
     :param kill_rank: the global rank that kills itself (SIGKILL).
     :param kill_at_step: the step at whose start it does so.
     :param attempt: only in this attempt (torchrun restart count).
+    :param step_delay_s: seconds every rank waits at the start of each step, in every
+        attempt, so that a drill can act while the job runs (remove a node mid-run).
     """
 
     kill_rank: int = 0
     kill_at_step: int | None = None
     attempt: int = 0
+    step_delay_s: float = Field(default=0.0, ge=0)
 
 
 class TrainerConfig(_Section):

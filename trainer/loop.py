@@ -172,9 +172,12 @@ def save_checkpoint(run: Run, agreed: Vote | None = None) -> SaveRecord:
 
 
 def inject_fault(run: Run) -> None:
-    """SIGKILL this rank at the configured step and attempt (drills, tests, the benchmark)."""
+    """SIGKILL this rank at the configured step and attempt, or wait ``step_delay_s`` at each
+    step (drills, tests, the benchmark)."""
     faults = run.config.faults
     world = run.cluster.world
+    if faults.step_delay_s:
+        time.sleep(faults.step_delay_s)
     if (
         faults.kill_at_step == run.step
         and world.rank == faults.kill_rank

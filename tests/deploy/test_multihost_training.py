@@ -320,7 +320,10 @@ def test_a_job_on_two_hosts_resumes_a_lost_node_exactly(network: Network, tmp_pa
         assert (node.state / "manifests" / f"{manifest_id}.arrow").is_file()
         assert cached(node) and cached(node) <= containers  # its share, fetched from S3
 
-    rdzv, elastic = f"{t0.address}:{RDZV_PORT + 1}", {"launch.max_restarts": 2}
+    # each step waits 0.25 s, so that the job is still running when t1 is removed after its
+    # first checkpoint (without it a fast job could finish first, restarts 0)
+    rdzv = f"{t0.address}:{RDZV_PORT + 1}"
+    elastic = {"launch.max_restarts": 2, "faults.step_delay_s": 0.25}
     faulty = {n: job.start(n, "faulty", rdzv, **elastic) for n in (t0, t1)}
     wait_for(job.cluster / "checkpoints" / "faulty", "step-*/COMMITTED.json")
     assert not (job.cluster / "runs" / "faulty" / "summary.json").exists()

@@ -48,7 +48,13 @@ def test_json_round_trip_keeps_secrets(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "override",
-    ["steps=-1", "checkpoint.mode=sometimes", "nonsense.key=1", "run_name=a/b"],
+    [
+        "steps=-1",
+        "checkpoint.mode=sometimes",
+        "nonsense.key=1",
+        "run_name=a/b",
+        "faults.step_delay_s=-1",
+    ],
 )
 def test_invalid_settings_raise_config_error(override: str) -> None:
     with pytest.raises(ConfigError) as caught:
