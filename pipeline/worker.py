@@ -10,13 +10,17 @@ from typing import Any
 from dbos import DBOS, DBOSConfig
 
 from . import workflow
+from .config import PipelineConfig
 from .engine import SYSTEM_SCHEMA, system_url
 from .job import WorkerContext
 from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME
 
 
-def launch(context: WorkerContext, executor_id: str = "local") -> None:
-    """Start DBOS in this process for ``context`` (recovering ``executor_id``'s workflows)."""
+def launch(
+    context: WorkerContext, executor_id: str = "local", limits: PipelineConfig | None = None
+) -> None:
+    """Start DBOS in this process for ``context`` (recovering ``executor_id``'s workflows),
+    the queue's limits ``limits``'s."""
     workflow.set_context(context)
     config: DBOSConfig = {
         "name": APP_NAME,
@@ -27,12 +31,15 @@ def launch(context: WorkerContext, executor_id: str = "local") -> None:
     }
     DBOS(config=config)
     DBOS.launch()
-    # One workflow at a time per worker process: a step's encoder and decoder are the
-    # process's CPU; more workers (processes, machines) take from the same queue.
-    DBOS.register_queue(QUEUE_NAME, worker_concurrency=1, polling_interval_sec=0.2)
+    # One batch at a time per worker process (by default): a step's encoder and decoder are
+    # the process's CPU; more workers (processes, machines) take from the same queue. The
+    # limiter staggers batch starts across workers (docs/pipeline.md, "Batches").
+    DBOS.register_queue(QUEUE_NAME, **(limits or PipelineConfig()).queue_options())
 
 
-def run_worker(context: WorkerContext, executor_id: str = "local") -> None:
+def run_worker(
+    context: WorkerContext, executor_id: str = "local", limits: PipelineConfig | None = None
+) -> None:
     """Run a worker until SIGTERM or SIGINT, then stop DBOS (unfinished workflows stay
     pending and are recovered by the next start)."""
     stop = threading.Event()
@@ -42,7 +49,7 @@ def run_worker(context: WorkerContext, executor_id: str = "local") -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    launch(context, executor_id)
+    launch(context, executor_id, limits)
     try:
         stop.wait()
     finally:

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr
 
 from cdc.settings import FollowerSettings
 from curation.config import CurationConfig
+from pipeline.config import PipelineConfig
 from quarry.errors import ConfigError
 from quarry.stack.paths import StatePaths
 from quarry.stack.postgres import (
@@ -47,6 +48,7 @@ class Settings(FollowerSettings):
     service: ServiceConfig = ServiceConfig()
     curation: CurationConfig = CurationConfig()
     manifests: ManifestsConfig = ManifestsConfig()
+    pipeline: PipelineConfig = PipelineConfig()
 
     @property
     def paths(self) -> StatePaths:
