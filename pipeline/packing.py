@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ def pack(items: Sequence[Item], batch_items: int) -> list[list[Item]]:
     return [[items[i] for i in b] for b in first_fit_decreasing(weights, capacity)]
 
 
-def in_order(items: Sequence[Item], batch_items: int) -> list[list[Item]]:
+def in_order(items: Sequence[T], batch_items: int) -> list[list[T]]:
     """``items`` cut in arrival order into batches of ``batch_items`` (what packing does
     better: the benchmark's baseline)."""
     if batch_items < 1:

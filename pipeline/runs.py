@@ -95,7 +95,13 @@ def enqueue_run(dsn: str, jobs: Iterable[Job], batch_episodes: int = 8) -> list[
     for job in jobs:
         if job.profile not in PROFILES:
             raise ProfileError(f"unknown profile {job.profile!r}", episode=job.source.episode_id)
-    batches = plan_batches(jobs, batch_episodes)
+    return enqueue_batches(dsn, plan_batches(jobs, batch_episodes))
+
+
+def enqueue_batches(dsn: str, batches: list[list[Job]]) -> list[str]:
+    """Enqueue ``batches`` as they are (one batch workflow each, in order); the recordings'
+    workflow IDs. :func:`enqueue_run` packs them first; the benchmark also enqueues
+    unpacked ones."""
     migrate_system(dsn)
     dbos = client(dsn)
     try:
