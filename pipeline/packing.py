@@ -68,9 +68,10 @@ def first_fit_decreasing(weights: Sequence[float], capacity: float) -> list[list
 
 
 def pack(items: Sequence[Item], batch_items: int) -> list[list[Item]]:
-    """``items`` in batches of about ``batch_items`` average items' cost each (first-fit
-    decreasing on :func:`costs`, the capacity ``batch_items`` average items, at least the
-    dearest item); one batch per item when ``batch_items`` is 1."""
+    """``items`` in ``ceil(len(items) / batch_items)`` batches of about equal cost (first-fit
+    decreasing on :func:`costs`): the capacity starts at the mean batch's cost (at least the
+    dearest item) and grows by 2 % until first-fit decreasing needs no more batches than
+    that; one batch per item when ``batch_items`` is 1."""
     if batch_items < 1:
         raise ValueError(f"batch_items must be >= 1, not {batch_items!r}")
     if not items:
@@ -78,8 +79,13 @@ def pack(items: Sequence[Item], batch_items: int) -> list[list[Item]]:
     weights = costs(items)
     if batch_items == 1:
         return [[items[i]] for i in sorted(range(len(items)), key=lambda i: (-weights[i], i))]
-    capacity = max(sum(weights) / len(weights) * batch_items, max(weights), 1e-12)
-    return [[items[i] for i in b] for b in first_fit_decreasing(weights, capacity)]
+    count = math.ceil(len(items) / batch_items)
+    capacity = max(sum(weights) / count, max(weights), 1e-12)
+    bins = first_fit_decreasing(weights, capacity)
+    while len(bins) > count:
+        capacity *= 1.02
+        bins = first_fit_decreasing(weights, capacity)
+    return [[items[i] for i in b] for b in bins]
 
 
 def in_order(items: Sequence[T], batch_items: int) -> list[list[T]]:

@@ -59,6 +59,7 @@ def test_pack_balances_a_skewed_run_better_than_arrival_order() -> None:
     packed = pack(items, 4)
     assert sorted(i.key for b in packed for i in b) == sorted(i.key for i in items)
     size = {i.key: i.size_bytes / 1e6 for i in items}
+    assert len(packed) <= len(in_order(items, 4)) == 16
     ffd = makespan([[size[i.key] for i in b] for b in packed], workers=4)
     naive = makespan([[size[i.key] for i in b] for b in in_order(items, 4)], workers=4)
     assert ffd < naive
@@ -73,3 +74,12 @@ def test_makespan_takes_batches_in_order_on_the_first_free_worker() -> None:
     assert makespan([[1.0], [1.0], [3.0]], workers=2) == 4.0
     with pytest.raises(ValueError, match="workers"):
         makespan([[1.0]], workers=0)
+
+
+def test_pack_makes_the_batches_arrival_order_would_and_evens_them() -> None:
+    items = [Item(str(i), int(w * 1e6)) for i, w in enumerate(skewed(40, 3)) if w < 3]
+    packed = pack(items, 4)
+    assert len(packed) == len(in_order(items, 4))
+    loads = [sum(i.size_bytes for i in b) for b in packed]
+    naive = [sum(i.size_bytes for i in b) for b in in_order(items, 4)]
+    assert max(loads) - min(loads) < (max(naive) - min(naive)) / 2
