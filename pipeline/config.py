@@ -20,6 +20,13 @@ class PipelineConfig(BaseModel):
         "recordings are packed first-fit decreasing into batches of this cost, one workflow "
         "per batch, one batch at a time per worker; 1: one batch per recording",
     )
+    fixed_cost: float = Field(
+        default=0.0,
+        ge=0,
+        description="a recording's cost whatever its size (its workflow's and steps' records "
+        "in Postgres), in average recordings' bytes (and duration): raise it when recordings "
+        "are short and the per-recording records are a good part of their time",
+    )
     queue_concurrency: int | None = Field(
         default=None,
         ge=1,

@@ -25,10 +25,14 @@ class Item:
     duration_s: float = 0.0
 
 
-def costs(items: Sequence[Item]) -> list[float]:
-    """Each item's cost: its bytes over the mean bytes plus its duration over the mean
-    duration (each term left out when the items have none), so both weigh alike and an
-    average item costs 1 (2 when both are known)."""
+def costs(items: Sequence[Item], fixed: float = 0.0) -> list[float]:
+    """Each item's cost: ``fixed`` (what every recording costs whatever its size: its
+    workflow's and steps' records, opening its files), plus its bytes over the mean bytes,
+    plus its duration over the mean duration (each term left out when the items have none),
+    so bytes and duration weigh alike and an average item costs ``fixed`` + 1 (+ 2 when both
+    are known)."""
+    if fixed < 0 or not math.isfinite(fixed):
+        raise ValueError(f"fixed must be a finite number >= 0, not {fixed!r}")
     if not items:
         return []
     mean_bytes = sum(i.size_bytes for i in items) / len(items)
@@ -37,7 +41,7 @@ def costs(items: Sequence[Item]) -> list[float]:
     for item in items:
         cost = item.size_bytes / mean_bytes if mean_bytes > 0 else 0.0
         cost += item.duration_s / mean_dur if mean_dur > 0 else 0.0
-        out.append(cost if mean_bytes > 0 or mean_dur > 0 else 1.0)
+        out.append(fixed + (cost if mean_bytes > 0 or mean_dur > 0 else 1.0))
     return out
 
 
@@ -67,20 +71,21 @@ def first_fit_decreasing(weights: Sequence[float], capacity: float) -> list[list
     return [bins[b] for b in ranked]
 
 
-def pack(items: Sequence[Item], batch_items: int) -> list[list[Item]]:
+def pack(items: Sequence[Item], batch_items: int, fixed: float = 0.0) -> list[list[Item]]:
     """``items`` in ``ceil(len(items) / batch_items)`` batches of about equal cost (first-fit
-    decreasing on :func:`costs`): the capacity starts at the mean batch's cost (at least the
-    dearest item) and grows by 2 % until first-fit decreasing needs no more batches than
-    that; one batch per item when ``batch_items`` is 1."""
+    decreasing on :func:`costs` with ``fixed``): the capacity starts at the mean batch's cost
+    and grows by 2 % until first-fit decreasing needs no more batches than that (an item
+    dearer than the capacity gets a batch of its own); one batch per item when
+    ``batch_items`` is 1."""
     if batch_items < 1:
         raise ValueError(f"batch_items must be >= 1, not {batch_items!r}")
     if not items:
         return []
-    weights = costs(items)
+    weights = costs(items, fixed)
     if batch_items == 1:
         return [[items[i]] for i in sorted(range(len(items)), key=lambda i: (-weights[i], i))]
     count = math.ceil(len(items) / batch_items)
-    capacity = max(sum(weights) / count, max(weights), 1e-12)
+    capacity = max(sum(weights) / count, 1e-12)
     bins = first_fit_decreasing(weights, capacity)
     while len(bins) > count:
         capacity *= 1.02

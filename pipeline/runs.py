@@ -76,18 +76,21 @@ def job_item(job: Job) -> Item:
     return Item(job.source.episode_id, job.source.size_bytes, float(duration or 0.0))
 
 
-def plan_batches(jobs: list[Job], batch_episodes: int) -> list[list[Job]]:
-    """``jobs`` packed into batches of about ``batch_episodes`` average recordings' cost."""
+def plan_batches(jobs: list[Job], batch_episodes: int, fixed_cost: float = 0.0) -> list[list[Job]]:
+    """``jobs`` packed into ``ceil(len(jobs) / batch_episodes)`` batches of about equal cost
+    (:func:`pipeline.packing.pack`, a recording's fixed cost ``fixed_cost``)."""
     by_key = {job.source.episode_id: job for job in jobs}
     if len(by_key) != len(jobs):
         raise ProfileError("an episode is given twice in one run")
     return [
         [by_key[i.key] for i in batch]
-        for batch in pack([job_item(j) for j in jobs], batch_episodes)
+        for batch in pack([job_item(j) for j in jobs], batch_episodes, fixed_cost)
     ]
 
 
-def enqueue_run(dsn: str, jobs: Iterable[Job], batch_episodes: int = 8) -> list[str]:
+def enqueue_run(
+    dsn: str, jobs: Iterable[Job], batch_episodes: int = 8, fixed_cost: float = 0.0
+) -> list[str]:
     """Enqueue the jobs packed into batches (:func:`plan_batches`), one batch workflow each,
     which runs one child workflow per job, its ID ``<run>:<episode>`` (so a job enqueued
     twice runs once); the recordings' workflow IDs, in packing order."""
@@ -95,7 +98,7 @@ def enqueue_run(dsn: str, jobs: Iterable[Job], batch_episodes: int = 8) -> list[
     for job in jobs:
         if job.profile not in PROFILES:
             raise ProfileError(f"unknown profile {job.profile!r}", episode=job.source.episode_id)
-    return enqueue_batches(dsn, plan_batches(jobs, batch_episodes))
+    return enqueue_batches(dsn, plan_batches(jobs, batch_episodes, fixed_cost))
 
 
 def enqueue_batches(dsn: str, batches: list[list[Job]]) -> list[str]:

@@ -101,7 +101,9 @@ def run(
                 if not episode_ids:
                     raise BadInputError(f"no live episode matches --where {predicate!r}")
             jobs = _reprocess_jobs(dsn, episode_ids, run_id, pipeline_version, bool(paths), profile)
-        workflows = enqueue_run(dsn, jobs, settings.pipeline.batch_episodes)
+        workflows = enqueue_run(
+            dsn, jobs, settings.pipeline.batch_episodes, settings.pipeline.fixed_cost
+        )
     except (EpisodeError, PipelineError) as error:
         raise _cli_error(error) from error
     if not wait:

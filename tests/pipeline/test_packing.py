@@ -83,3 +83,14 @@ def test_pack_makes_the_batches_arrival_order_would_and_evens_them() -> None:
     loads = [sum(i.size_bytes for i in b) for b in packed]
     naive = [sum(i.size_bytes for i in b) for b in in_order(items, 4)]
     assert max(loads) - min(loads) < (max(naive) - min(naive)) / 2
+
+
+def test_a_fixed_cost_weighs_every_item_alike() -> None:
+    items = [Item("a", 100), Item("b", 300)]
+    assert costs(items, fixed=1.0) == [1.5, 2.5]
+    with pytest.raises(ValueError, match="fixed"):
+        costs(items, fixed=-1.0)
+    # Many small recordings no longer pile into one batch when each costs something alone.
+    many = [Item("big", 1000)] + [Item(f"s{i}", 10) for i in range(7)]
+    assert [len(b) for b in pack(many, 4)] == [1, 7]
+    assert [len(b) for b in pack(many, 4, fixed=3.0)] == [3, 5]
