@@ -28,7 +28,7 @@ when the run is enqueued (workers already up, idle on the queue) and stops when 
 workflow finished. Prints one JSON line with the params, the figures, ``targets_met``, the
 load average and the cores.
 
-    python benchmarks/ingest.py [--small] [--episodes N] [--keep]
+    python benchmarks/ingest.py [--small] [--episodes N] [--keep] [--async-commit]
 """
 
 from __future__ import annotations
@@ -149,14 +149,14 @@ def pinned(core_index: int, command: list[str]) -> list[str]:
 
 
 class Workers:
-    def __init__(self, root: Path, dsn: str) -> None:
+    def __init__(self, root: Path, dsn: str, poll_s: float) -> None:
         self.root, self.dsn = root, dsn
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("QUARRY_")},
             **ONE_THREAD,
             "QUARRY_STATE_DIR": str(root),
             "QUARRY_SOURCE_DSN": dsn,
-            "QUARRY_PIPELINE__POLLING_INTERVAL_S": "0.1",
+            "QUARRY_PIPELINE__POLLING_INTERVAL_S": str(poll_s),
         }
         self.procs: list[subprocess.Popen[bytes]] = []
 
@@ -354,6 +354,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--small", action="store_true", help="a quick run (a few minutes)")
     parser.add_argument("--episodes", type=int, help="recordings (default 48, --small 32)")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder")
+    parser.add_argument(
+        "--async-commit",
+        action="store_true",
+        help="diagnosis only: Postgres with synchronous_commit off (commits not waiting for "
+        "the disk), to see how much of durability_overhead is the commits' flushes",
+    )
+    parser.add_argument(
+        "--poll-s", type=float, default=0.1, help="the workers' queue polling interval, s"
+    )
     parser.add_argument("--plain", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -374,11 +383,17 @@ def main() -> None:
     paths.ensure()
     server = EmbeddedPostgres(paths)
     server.start()
-    workers = Workers(paths.root, server.dsn("quarry"))
+    workers = Workers(paths.root, server.dsn("quarry"), args.poll_s)
     try:
         server.ensure_database("quarry")
         dsn = server.dsn("quarry")
         apply_migrations(dsn, ROOT / "sql" / "postgres")
+        if args.async_commit:
+            import psycopg
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+                conn.execute("SELECT pg_reload_conf()")
         migrate_system(dsn)
         sources, hours = write_recordings(root / "recordings", paths.objects, n)
         figures = measure(root / "state", dsn, workers, sources, hours, batch)
@@ -391,6 +406,8 @@ def main() -> None:
     line = {
         "benchmark": "ingest",
         "small": args.small,
+        "synchronous_commit": not args.async_commit,
+        "poll_s": args.poll_s,
         "params": {**params, "skew": SKEW, "granularity": GRANULARITY},
         "episode_hours": round(hours, 4),
         **figures,
