@@ -14,7 +14,8 @@ from dbos import DBOSClient, EnqueueOptions
 from .engine import SYSTEM_SCHEMA, migrate_system, system_url
 from .errors import ProfileError
 from .job import PROFILES, Job
-from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME, WORKFLOW_NAME
+from .packing import Item, pack
+from .workflow import APP_NAME, APP_VERSION, BATCH_WORKFLOW_NAME, QUEUE_NAME
 
 _DONE = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
 
@@ -57,26 +58,66 @@ def client(dsn: str) -> DBOSClient:
     )
 
 
-def enqueue_run(dsn: str, jobs: Iterable[Job]) -> list[str]:
-    """Enqueue one workflow per job (its ID ``<run>:<episode>``, so a job enqueued twice runs
-    once); the workflow IDs."""
+def batch_id(run_id: str, index: int) -> str:
+    """A batch workflow's ID: ``<run>/batch-<n>`` (outside the ``<run>:`` prefix that
+    :func:`run_state` lists, which holds the recordings' workflows)."""
+    return f"{run_id}/batch-{index}"
+
+
+def job_item(job: Job) -> Item:
+    """What packing weighs of a job: the source's bytes and, where known before decoding, its
+    duration (a synthetic source's mean configured duration, or ``options["duration_s"]``)."""
+    options = job.source.options
+    duration = options.get("duration_s")
+    if duration is None and isinstance(options.get("config"), dict):
+        span = options["config"].get("duration_s")
+        if isinstance(span, list | tuple) and len(span) == 2:
+            duration = (float(span[0]) + float(span[1])) / 2
+    return Item(job.source.episode_id, job.source.size_bytes, float(duration or 0.0))
+
+
+def plan_batches(jobs: list[Job], batch_episodes: int, fixed_cost: float = 0.0) -> list[list[Job]]:
+    """``jobs`` packed into ``ceil(len(jobs) / batch_episodes)`` batches of about equal cost
+    (:func:`pipeline.packing.pack`, a recording's fixed cost ``fixed_cost``)."""
+    by_key = {job.source.episode_id: job for job in jobs}
+    if len(by_key) != len(jobs):
+        raise ProfileError("an episode is given twice in one run")
+    return [
+        [by_key[i.key] for i in batch]
+        for batch in pack([job_item(j) for j in jobs], batch_episodes, fixed_cost)
+    ]
+
+
+def enqueue_run(
+    dsn: str, jobs: Iterable[Job], batch_episodes: int = 8, fixed_cost: float = 0.0
+) -> list[str]:
+    """Enqueue the jobs packed into batches (:func:`plan_batches`), one batch workflow each,
+    which runs one child workflow per job, its ID ``<run>:<episode>`` (so a job enqueued
+    twice runs once); the recordings' workflow IDs, in packing order."""
     jobs = list(jobs)
     for job in jobs:
         if job.profile not in PROFILES:
             raise ProfileError(f"unknown profile {job.profile!r}", episode=job.source.episode_id)
+    return enqueue_batches(dsn, plan_batches(jobs, batch_episodes, fixed_cost))
+
+
+def enqueue_batches(dsn: str, batches: list[list[Job]]) -> list[str]:
+    """Enqueue ``batches`` as they are (one batch workflow each, in order); the recordings'
+    workflow IDs. :func:`enqueue_run` packs them first; the benchmark also enqueues
+    unpacked ones."""
     migrate_system(dsn)
     dbos = client(dsn)
     try:
         ids = []
-        for job in jobs:
+        for index, batch in enumerate(batches):
             options: EnqueueOptions = {
-                "workflow_name": WORKFLOW_NAME,
+                "workflow_name": BATCH_WORKFLOW_NAME,
                 "queue_name": QUEUE_NAME,
-                "workflow_id": job.workflow_id,
+                "workflow_id": batch_id(batch[0].run_id, index),
                 "app_version": APP_VERSION,
             }
-            dbos.enqueue(options, job.to_dict())
-            ids.append(job.workflow_id)
+            dbos.enqueue(options, [job.to_dict() for job in batch])
+            ids += [job.workflow_id for job in batch]
         return ids
     finally:
         dbos.destroy()
@@ -86,13 +127,19 @@ def run_state(dsn: str, run_id: str) -> RunState:
     """The status of every workflow of ``run_id``."""
     dbos = client(dsn)
     try:
-        found = dbos.list_workflows(workflow_id_prefix=f"{run_id}:")
+        found = dbos.list_workflows(workflow_id_prefix=f"{run_id}:", load_input=False)
         errors = {
             w.workflow_id: _error_of(dbos, w.workflow_id, w.error)
             for w in found
             if w.error is not None
         }
-        return RunState(run_id, {w.workflow_id: str(w.status) for w in found}, errors)
+        statuses = {w.workflow_id: str(w.status) for w in found}
+        # A recording whose batch has not reached it yet has no workflow: its batch's
+        # status stands for it (ENQUEUED, PENDING, or CANCELLED when the batch was).
+        for batch in dbos.list_workflows(workflow_id_prefix=f"{run_id}/", load_output=False):
+            for data in batch.input["args"][0] if batch.input else []:
+                statuses.setdefault(Job.from_dict(data).workflow_id, str(batch.status))
+        return RunState(run_id, statuses, errors)
     finally:
         dbos.destroy()
 

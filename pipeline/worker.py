@@ -20,6 +20,7 @@ import psycopg
 from dbos import DBOS, DBOSConfig
 
 from . import workflow
+from .config import PipelineConfig
 from .engine import SYSTEM_SCHEMA, system_url
 from .job import WorkerContext
 from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME
@@ -34,8 +35,11 @@ WORKERS_TABLE = f"{SYSTEM_SCHEMA}.quarry_workers"
 log = logging.getLogger(__name__)
 
 
-def launch(context: WorkerContext, executor_id: str = "local") -> None:
-    """Start DBOS in this process for ``context`` (recovering ``executor_id``'s workflows)."""
+def launch(
+    context: WorkerContext, executor_id: str = "local", limits: PipelineConfig | None = None
+) -> None:
+    """Start DBOS in this process for ``context`` (recovering ``executor_id``'s workflows),
+    the queue's limits ``limits``'s."""
     workflow.set_context(context)
     config: DBOSConfig = {
         "name": APP_NAME,
@@ -46,12 +50,15 @@ def launch(context: WorkerContext, executor_id: str = "local") -> None:
     }
     DBOS(config=config)
     DBOS.launch()
-    # One workflow at a time per worker process: a step's encoder and decoder are the
-    # process's CPU; more workers (processes, machines) take from the same queue.
-    DBOS.register_queue(QUEUE_NAME, worker_concurrency=1, polling_interval_sec=0.2)
+    # One batch at a time per worker process (by default): a step's encoder and decoder are
+    # the process's CPU; more workers (processes, machines) take from the same queue. The
+    # limiter staggers batch starts across workers (docs/pipeline.md, "Batches").
+    DBOS.register_queue(QUEUE_NAME, **(limits or PipelineConfig()).queue_options())
 
 
-def run_worker(context: WorkerContext, executor_id: str = "local") -> None:
+def run_worker(
+    context: WorkerContext, executor_id: str = "local", limits: PipelineConfig | None = None
+) -> None:
     """Run a worker until SIGTERM or SIGINT, then stop DBOS (unfinished workflows stay
     pending and are recovered by the next start)."""
     stop = threading.Event()
@@ -61,7 +68,7 @@ def run_worker(context: WorkerContext, executor_id: str = "local") -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    launch(context, executor_id)
+    launch(context, executor_id, limits)
     try:
         with psycopg.connect(context.dsn, autocommit=True) as conn:
             conn.execute(

@@ -14,15 +14,17 @@ import time
 from typing import Any
 
 import psycopg
-from dbos import DBOS
+from dbos import DBOS, SetWorkflowID
 
 from . import steps
 from .job import FROM_CONTAINER, Job, WorkerContext
 
 #: The queue every recording's workflow is enqueued on; workers dequeue from it.
 QUEUE_NAME = "quarry-ingest"
-#: The workflow's registered name (what a client enqueues).
+#: The recording workflow's registered name (a batch runs it as a child workflow).
 WORKFLOW_NAME = "process_recording"
+#: The batch workflow's registered name (what a client enqueues: one per batch).
+BATCH_WORKFLOW_NAME = "process_batch"
 #: DBOS application name and version shared by workers and the enqueuing client.
 APP_NAME = "quarry"
 APP_VERSION = "quarry-pipeline-1"
@@ -169,3 +171,20 @@ def _from_container(job: Job) -> dict[str, Any]:
 
 def _wid() -> str:
     return DBOS.workflow_id or "none"
+
+
+@DBOS.workflow(name=BATCH_WORKFLOW_NAME)
+def process_batch(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run the recordings' workflows of one batch (:func:`pipeline.packing.pack`), one after
+    the other, each a child workflow with its own ID ``<run>:<episode>``: a recording that
+    ran already (enqueued twice, or by another batch) is not run again, its result read
+    back; one that fails is reported with its error and never stops the batch."""
+    out: list[dict[str, Any]] = []
+    for data in jobs:
+        job = Job.from_dict(data)
+        try:
+            with SetWorkflowID(job.workflow_id):
+                out.append(process_recording(data))
+        except Exception as error:  # the child's error stays in its workflow
+            out.append({"episode_id": job.source.episode_id, "error": type(error).__name__})
+    return out

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import ConfigDict, Field, SecretStr
 
 from cdc.settings import FollowerSettings
 from curation.config import CurationConfig
+from pipeline.config import PipelineConfig as PipelineQueueConfig
 from quarry.errors import ConfigError
 from quarry.stack.paths import StatePaths
 from quarry.stack.postgres import (
@@ -31,11 +32,12 @@ SQL_ROOT = Path(__file__).resolve().parents[1] / "sql"
 CLICKHOUSE_DSN_ENV = ENV_PREFIX + "DSN"
 
 
-class PipelineConfig(BaseModel):
-    """Where the pipeline's workers keep containers and landed recordings: the state folder's
-    ``objects/`` (the default, one machine), or an S3 prefix every worker reaches, so that a
-    workflow resumed on another machine finds them (``s3`` as the warehouse's: endpoint,
-    region, keys, ``use_ssl``, ``url_style``)."""
+class PipelineConfig(PipelineQueueConfig):
+    """The pipeline's section: its batches and queue limits (:mod:`pipeline.config`), and
+    where the workers keep containers and landed recordings: the state folder's ``objects/``
+    (the default, one machine), or an S3 prefix every worker reaches, so that a workflow
+    resumed on another machine finds them (``s3`` as the warehouse's: endpoint, region, keys,
+    ``use_ssl``, ``url_style``)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

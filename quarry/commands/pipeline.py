@@ -102,7 +102,9 @@ def run(
                 if not episode_ids:
                     raise BadInputError(f"no live episode matches --where {predicate!r}")
             jobs = _reprocess_jobs(dsn, episode_ids, run_id, pipeline_version, bool(paths), profile)
-        workflows = enqueue_run(dsn, jobs)
+        workflows = enqueue_run(
+            dsn, jobs, settings.pipeline.batch_episodes, settings.pipeline.fixed_cost
+        )
     except (EpisodeError, PipelineError) as error:
         raise _cli_error(error) from error
     if not wait:
@@ -157,7 +159,7 @@ def worker(
         storage_options(section.s3) if section.objects_url else {},
     )
     context = WorkerContext(paths, settings.operational_dsn(), pause_before, pause_file)
-    run_worker(context, executor_id)
+    run_worker(context, executor_id, settings.pipeline)
 
 
 def _landed_jobs(

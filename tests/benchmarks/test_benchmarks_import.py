@@ -13,7 +13,14 @@ BENCHMARKS = sorted((Path(__file__).resolve().parents[2] / "benchmarks").glob("*
 
 
 def test_there_are_benchmarks() -> None:
-    assert {p.stem for p in BENCHMARKS} >= {"cdc", "container", "curation", "loader", "trainer"}
+    assert {p.stem for p in BENCHMARKS} >= {
+        "cdc",
+        "container",
+        "curation",
+        "ingest",
+        "loader",
+        "trainer",
+    }
 
 
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda p: p.stem)

@@ -1,0 +1,66 @@
+"""The pipeline's settings (section ``pipeline`` of Quarry's settings, ``QUARRY_PIPELINE__*``):
+how a run is cut into batches, and the queue's limits on how fast and how many batches start.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class PipelineConfig(BaseModel):
+    """Batches and the queue's limits. Every worker registers the queue with the same limits
+    (DBOS enforces them across workers, in Postgres)."""
+
+    batch_episodes: int = Field(
+        default=8,
+        ge=1,
+        description="a batch's cost, in average recordings (bytes and duration): a run's "
+        "recordings are packed first-fit decreasing into batches of this cost, one workflow "
+        "per batch, one batch at a time per worker; 1: one batch per recording",
+    )
+    fixed_cost: float = Field(
+        default=0.0,
+        ge=0,
+        description="a recording's cost whatever its size (its workflow's and steps' records "
+        "in Postgres), in average recordings' bytes (and duration): raise it when recordings "
+        "are short and the per-recording records are a good part of their time",
+    )
+    queue_concurrency: int | None = Field(
+        default=None,
+        ge=1,
+        description="batches running at once across all workers (DBOS queue `concurrency`); "
+        "unset: no bound beyond the workers'",
+    )
+    worker_concurrency: int = Field(
+        default=1,
+        ge=1,
+        description="batches one worker process runs at once (DBOS `worker_concurrency`); the "
+        "steps are the process's CPU, so start more workers rather than raising it",
+    )
+    starts_per_period: int | None = Field(
+        default=20,
+        ge=1,
+        description="staggered starts: at most this many batches start per "
+        "`start_period_s` across all workers (DBOS queue `limiter`), so a run of thousands "
+        "of batches does not start them in one burst on Postgres; unset: no rate limit",
+    )
+    start_period_s: float = Field(
+        default=1.0, gt=0, description="the period of `starts_per_period`, seconds"
+    )
+    polling_interval_s: float = Field(
+        default=0.2, gt=0, description="how often an idle worker polls the queue, seconds"
+    )
+
+    def queue_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``DBOS.register_queue`` for these limits."""
+        options: dict[str, Any] = {
+            "worker_concurrency": self.worker_concurrency,
+            "polling_interval_sec": self.polling_interval_s,
+        }
+        if self.queue_concurrency is not None:
+            options["concurrency"] = self.queue_concurrency
+        if self.starts_per_period is not None:
+            options["limiter"] = {"limit": self.starts_per_period, "period": self.start_period_s}
+        return options
