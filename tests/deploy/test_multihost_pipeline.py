@@ -34,8 +34,10 @@ RECOVERY_BOUND_S = 30.0
 
 
 def pipeline_env(db: Host, s3: Host, password: str) -> dict[str, str]:
-    """A worker's settings: Postgres and S3 by address, containers in S3."""
+    """A worker's settings: Postgres and S3 by address, containers in S3, one recording per
+    batch (so that both workers have work while w1 holds its workflow)."""
     return {
+        "QUARRY_PIPELINE__BATCH_EPISODES": "1",
         "QUARRY_SOURCE_DSN": (
             f"host={db.address} port=5432 user=postgres password={password} dbname=quarry"
         ),
