@@ -132,12 +132,23 @@ def _task(n: int) -> dict[str, Any]:
 def _every_kind_of_commit(lake: DuckLakeWarehouse) -> None:
     """Inserts (to files and inlined), updates, deletes, other tables, a heartbeat, a new
     table and a new column, then maintenance that expires nothing: a purge of tombstones,
-    flushes, rewrites and merges."""
+    flushes, rewrites and merges (two small files of robots, each over the inlining limit,
+    for it to merge)."""
     rows = [episode_row() for _ in range(12)]
     lake.apply(
         batch(*[event(Op.CREATE, "episodes", 100, i + 1, after=r) for i, r in enumerate(rows)])
     )
     lake.apply(batch(event(Op.CREATE, "robots", 110, after=robot())))
+    for part in range(2):
+        robots = [robot(f"m{part}-{i}") for i in range(6)]
+        lake.apply(
+            batch(
+                *[
+                    event(Op.CREATE, "robots", 111 + part, i + 1, after=r)
+                    for i, r in enumerate(robots)
+                ]
+            )
+        )
     lake.apply(batch(event(Op.UPDATE, "episodes", 120, after={**rows[0], "steps": 1})))
     for n in range(2, 11):
         lake.apply(batch(event(Op.DELETE, "episodes", 200 + n, before={"id": rows[n]["id"]})))
