@@ -40,12 +40,10 @@ from curation.preview import preview_curation
 from quarry.errors import ConfigError
 from quarry.settings import CLICKHOUSE_DSN_ENV, Settings
 from quarry.stack.lifecycle import Stack
-from quarry.stack.postgres import EmbeddedPostgres
 from service.api.routes.sql import SqlQuery, run_sql
 from service.context import ServiceContext
 from service.runtime import CurationRuntime
 from tests.fixtures.clickhouse import ChdbEngine
-from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.fleet import fleet
 from warehouse.backends import open_warehouse
 from warehouse.base import CURATION_VIEWS, Warehouse
@@ -93,19 +91,7 @@ CURATIONS = SQL_CURATIONS + [compile_filters(f) for f in FILTERS]
 
 
 @pytest.fixture(scope="module")
-def configs(
-    postgres: EmbeddedPostgres, chdb: ChdbEngine, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, WarehouseConfig]:
-    return {
-        "ducklake": new_warehouse_config(postgres, tmp_path_factory.mktemp("lake")),
-        "clickhouse": chdb.new_config(),
-    }
-
-
-@pytest.fixture(scope="module")
-def sources(
-    configs: dict[str, WarehouseConfig], chdb: ChdbEngine
-) -> Iterator[dict[str, Warehouse]]:
+def sources(configs: dict[str, WarehouseConfig]) -> Iterator[dict[str, Warehouse]]:
     """Both backends holding the same fleet; a warehouse is the service's curation source."""
     warehouses = {name: open_warehouse(config) for name, config in configs.items()}
     try:
@@ -118,7 +104,6 @@ def sources(
     finally:
         for warehouse in warehouses.values():
             warehouse.close()
-        chdb.drop(configs["clickhouse"])
 
 
 def test_the_sources_read_each_backends_dialect(sources: dict[str, Warehouse]) -> None:

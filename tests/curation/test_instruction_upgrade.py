@@ -8,16 +8,10 @@ instruction on both."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from curation.build import CurationLimits, CurationRequest, build_at, check_request
 from curation.build import rebuild_manifest as rebuild
-from quarry.stack.postgres import EmbeddedPostgres
-from tests.fixtures.clickhouse import ChdbEngine
-from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.conftest import batch, event
 from tests.warehouse.fleet import _episode, episode_id, fleet
 from warehouse.base import Warehouse
@@ -65,18 +59,6 @@ def with_instructions(lsn: int) -> ChangeBatch:
     ]
     update = {**_episode(6), "instruction": "open the drawer"}
     return batch(*rows, event(Op.UPDATE, "episodes", lsn, 9, after=update))
-
-
-@pytest.fixture(scope="module")
-def configs(
-    postgres: EmbeddedPostgres, chdb: ChdbEngine, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WarehouseConfig]]:
-    configs = {
-        "ducklake": new_warehouse_config(postgres, tmp_path_factory.mktemp("lake")),
-        "clickhouse": chdb.new_config(),
-    }
-    yield configs
-    chdb.drop(configs["clickhouse"])
 
 
 def test_old_manifests_rebuild_identical_after_the_column(

@@ -5,24 +5,16 @@ new curation lists the new container's URI, size and SHA-256, and its stamp."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from curation.build import CurationLimits, CurationRequest, build_at, check_request
 from curation.build import rebuild_manifest as rebuild
 from manifests.manifest import open_manifest
-from quarry.stack.postgres import EmbeddedPostgres
-from tests.fixtures.clickhouse import ChdbEngine
-from tests.fixtures.warehouse import new_warehouse_config
 from tests.warehouse.conftest import batch, event
 from tests.warehouse.fleet import _episode, episode_id, fleet
-from warehouse.base import Warehouse
+from warehouse.backends import open_warehouse
 from warehouse.changes import ChangeBatch, Op
-from warehouse.clickhouse.backend import ClickHouseWarehouse
 from warehouse.config import WarehouseConfig
-from warehouse.ducklake.backend import DuckLakeWarehouse
 
 LIMITS = CurationLimits(timeout_s=60)
 SPEC = {"anchor_stride": 3, "action_horizon": 8, "state_history": 4}
@@ -50,29 +42,11 @@ def reprocess(lsn: int) -> ChangeBatch:
     return batch(*events)
 
 
-def open_backend(config: WarehouseConfig) -> Warehouse:
-    if config.backend == "clickhouse":
-        return ClickHouseWarehouse(config)  # type: ignore[arg-type]
-    return DuckLakeWarehouse(config)  # type: ignore[arg-type]
-
-
-@pytest.fixture(scope="module")
-def configs(
-    postgres: EmbeddedPostgres, chdb: ChdbEngine, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, WarehouseConfig]]:
-    configs = {
-        "ducklake": new_warehouse_config(postgres, tmp_path_factory.mktemp("lake")),
-        "clickhouse": chdb.new_config(),
-    }
-    yield configs
-    chdb.drop(configs["clickhouse"])
-
-
 def test_old_manifests_rebuild_identical_after_a_reprocess(
     configs: dict[str, WarehouseConfig], tmp_path: Path
 ) -> None:
     for name, config in configs.items():
-        wh = open_backend(config)
+        wh = open_warehouse(config)
         try:
             wh.bootstrap()
             for change in fleet():
