@@ -80,7 +80,7 @@ FIXED_COST = 0.15
 #: Frame size of the recordings' cameras (width, height): what a recording's steps cost. The
 #: durable records are a fixed cost per step and per recording (docs/benchmarks.md), so the
 #: smaller the frames, the larger their share.
-FRAME = (128, 96)
+FRAME = (192, 144)
 FULL: dict[str, Any] = {
     "episodes": 48,
     "batches_per_worker": 2,
@@ -170,11 +170,25 @@ class Workers:
     def start(self, core_index: int, executor_id: str) -> subprocess.Popen[bytes]:
         log = (self.root / f"{executor_id}.log").open("ab")
         command = [sys.executable, "-m", "quarry", "worker", "--executor-id", executor_id]
+        if os.environ.get("BENCH_PROFILE"):  # diagnosis: each worker under cProfile
+            prof = str(self.root / f"{executor_id}-{len(self.procs)}.prof")
+            command = [sys.executable, "-m", "cProfile", "-o", prof, *command[1:]]
         proc = subprocess.Popen(
             pinned(core_index, command), cwd=ROOT, env=self.env, stdout=log, stderr=log
         )
         self.procs.append(proc)
         return proc
+
+    def pause(self) -> None:
+        """SIGSTOP the workers: an idle worker polls the queue, which costs its core CPU
+        (measured: about 9 % of it at a 0.1 s poll), so the plain pass on that core runs
+        with the worker stopped (SIGCONT: :meth:`resume`)."""
+        for proc in self.procs:
+            proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGCONT)
 
     def pids(self) -> list[int]:
         return [proc.pid for proc in self.procs if proc.poll() is None]
@@ -279,14 +293,13 @@ def plain_pass(root: Path, dsn: str, batches: list[list[Job]], warm: list[Job]) 
 
 
 def plain_recording(
-    job: Job, paths: WorkerPaths, dsn: str, step_s: dict[str, float] | None = None
+    job: Job, paths: WorkerPaths, conn: Any, step_s: dict[str, float] | None = None
 ) -> bool:
     """One recording's steps without DBOS: what ``pipeline.workflow.process_recording`` and
     its step wrappers call for profile ``full``, in order, with the same arguments (each
     step's ``steps.log`` line and its ``*_here`` check included), each step's output kept
-    in memory instead of recorded."""
-    import psycopg
-
+    in memory instead of recorded; ``conn`` the process's one connection, as a worker
+    thread's (``pipeline.workflow._connection``)."""
     wid = job.workflow_id
     clock: dict[str, Any] = {"at": time.monotonic(), "step": ""}
 
@@ -316,19 +329,21 @@ def plain_recording(
     enter("enrich")
     labels = steps.enrich(container, store)
     enter("register")
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        changed = steps.register(conn, job, container, quality, dims, labels, store)
+    changed = steps.register(conn, job, container, quality, dims, labels, store)
     enter("")
     return changed
 
 
 def run_plain(spec: Path) -> None:
     """``--plain``: the warm-up jobs, then each batch's jobs (:func:`plain_recording`)."""
+    import psycopg
+
     dsn, state = os.environ["BENCH_DSN"], StatePaths.at(Path(os.environ["BENCH_STATE"]))
     paths = WorkerPaths(state.objects, state.pipeline_work)
     data = json.loads(spec.read_text())
+    conn = psycopg.connect(dsn, autocommit=True)
     for job in data["warm"]:
-        plain_recording(Job.from_dict(job), paths, dsn)
+        plain_recording(Job.from_dict(job), paths, conn)
     step_s: dict[str, float] = {}
     took: dict[str, float] = {}
     cpu = time.process_time()
@@ -337,7 +352,7 @@ def run_plain(spec: Path) -> None:
         for item in batch:
             job = Job.from_dict(item)
             begun = time.monotonic()
-            plain_recording(job, paths, dsn, step_s)
+            plain_recording(job, paths, conn, step_s)
             took[job.source.episode_id] = time.monotonic() - begun
     seconds = time.monotonic() - started
     cpu = time.process_time() - cpu
@@ -537,7 +552,12 @@ def measure(
         if len(t1s) == 1:
             first = jobs
         before = cpu()
-        plains.append(plain_pass(root, dsn, packed(next(version)), jobs_of(warm, next(version))))
+        workers.pause()
+        try:
+            warm_jobs = jobs_of(warm, next(version))
+            plains.append(plain_pass(root, dsn, packed(next(version)), warm_jobs))
+        finally:
+            workers.resume()
         cpu_plain.append({**cpu_delta(before, cpu()), "plain": round(plains[-1]["cpu_s"], 2)})
     jobs = first
     took = {e: end - start for e, (start, end) in times(dsn, jobs[0].run_id).items()}

@@ -16,16 +16,20 @@ class PipelineConfig(BaseModel):
     batch_episodes: int = Field(
         default=8,
         ge=1,
-        description="a batch's cost, in average recordings (bytes and duration): a run's "
-        "recordings are packed first-fit decreasing into batches of this cost, one workflow "
-        "per batch, one batch at a time per worker; 1: one batch per recording",
+        description="recordings per batch, on average: a run's recordings are split into "
+        "ceil(recordings / batch_episodes) batches of about equal cost (bytes and duration; "
+        "dearest first, each into the batch cheapest so far), one workflow per batch, one "
+        "batch at a time per worker; for a backfill, a few batches per worker; 1: one batch "
+        "per recording",
     )
     fixed_cost: float = Field(
         default=0.0,
         ge=0,
         description="a recording's cost whatever its size (its workflow's and steps' records "
-        "in Postgres), in average recordings' bytes (and duration): raise it when recordings "
-        "are short and the per-recording records are a good part of their time",
+        "in Postgres, opening its files), in average recordings' bytes (and duration): the "
+        "intercept of a recording's time against its bytes over the mean recording's "
+        "bytes-proportional time (benchmarks/ingest.py fits it: about 0.1-0.4 at its small "
+        "recordings); raise it when recordings are short",
     )
     queue_concurrency: int | None = Field(
         default=None,

@@ -10,6 +10,7 @@ before DBOS launches.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -37,6 +38,21 @@ def set_context(context: WorkerContext) -> None:
     """Set this process's worker context (before DBOS launches)."""
     global _context
     _context = context
+
+
+_local = threading.local()
+
+
+def _connection() -> psycopg.Connection[Any]:
+    """This thread's connection to the operational database (autocommit), opened at its
+    first step that needs one and kept: a connection per step cost a backend start and an
+    authentication per recording, on the cores the steps run on (docs/benchmarks.md); one
+    found closed or broken (the database restarted) is opened again."""
+    conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
+    if conn is None or conn.closed or conn.broken:
+        conn = psycopg.connect(_ctx().dsn, autocommit=True)
+        _local.conn = conn
+    return conn
 
 
 def _ctx() -> WorkerContext:
@@ -97,8 +113,7 @@ def qc_step(
         assert job is not None
         transformed = steps.episode_here(job, ctx.paths, _wid(), transformed)
         return steps.qc(container, transformed, None, store)
-    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-        return steps.qc(container, None, conn, store)
+    return steps.qc(container, None, _connection(), store)
 
 
 @DBOS.step(name="stats")
@@ -122,9 +137,8 @@ def register_step(
     labels: list[tuple[str, str, int | None, int | None]],
 ) -> bool:
     ctx = _enter("register")
-    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-        store = ctx.paths.storage_options
-        return steps.register(conn, job, container, quality, dims, labels, store)
+    store = ctx.paths.storage_options
+    return steps.register(_connection(), job, container, quality, dims, labels, store)
 
 
 @DBOS.step(name="register-metadata", retries_allowed=True, max_attempts=5)
@@ -134,9 +148,8 @@ def update_step(
     dims: list[Any] | None,
     labels: list[tuple[str, str, int | None, int | None]],
 ) -> bool:
-    ctx = _enter("register")
-    with psycopg.connect(ctx.dsn, autocommit=True) as conn:
-        return steps.update(conn, job, quality, dims, labels)
+    _enter("register")
+    return steps.update(_connection(), job, quality, dims, labels)
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
