@@ -164,6 +164,8 @@ def watch(
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: stop.set())
     watcher = Watcher(landing_dir, settle_s)
+    if not once:
+        click.echo(f"watching {landing_dir} (settle {settle_s:g} s); SIGTERM stops", err=True)
     while not stop.is_set():
         ready, settling = watcher.scan()
         for path in ready:

@@ -51,14 +51,8 @@ def test_failures_of_a_checkpoint_are_one_curation(state: Path) -> None:
             {"episode": third, "checkpoint": CHECKPOINT, "success": False},
         ]
         results.write_text("".join(json.dumps(line) + "\n" for line in lines))
-        run = run_json(state, "pipeline", "run", "--profile", "relabel", "--labels", str(results))
-        assert len(run["workflows"]) == 3, run
-        done = run_json(state, "pipeline", "show", run["run_id"])
-        deadline = time.monotonic() + 90
-        while not done["finished"]:
-            assert time.monotonic() < deadline, done
-            time.sleep(0.5)
-            done = run_json(state, "pipeline", "show", run["run_id"])
+        args = ("pipeline", "run", "--profile", "relabel", "--labels", str(results), "--wait")
+        done = run_json(state, *args)
         assert done["counts"] == {"SUCCESS": 3}, done
 
         status = run_json(state, "status")

@@ -16,22 +16,21 @@ from typing import Any
 import psycopg
 
 from episodes.foreign import file_sha256, recording_id
+from pipeline.runs import RunState, run_state
 from tests.episodes.foreign_files import ROS2_MAPPING, source_episode, write_ros2
 
 from .conftest import Stack
 
 
-def show(stack: Stack, run_id: str, timeout_s: float = 90) -> dict[str, Any]:
-    """The run's report once it finished (it may not have been enqueued yet)."""
+def finished(stack: Stack, run_id: str, timeout_s: float = 90) -> RunState:
+    """The run's state once it finished (it may not have been enqueued yet)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        done = stack.quarry("pipeline", "show", run_id, "--json")
-        assert done.returncode == 0 or "no run" in done.stderr, done.stderr
-        report = dict(json.loads(done.stdout)) if done.returncode == 0 else {}
-        if report.get("finished"):
-            return report
-        assert time.monotonic() < deadline, (report, done.stderr)
-        time.sleep(0.3)
+        state = run_state(stack.dsn, run_id)
+        if state.statuses and state.finished:
+            return state
+        assert time.monotonic() < deadline, state
+        time.sleep(0.2)
 
 
 def watch_once(stack: Stack, folder: Path, mapping: Path) -> list[dict[str, Any]]:
@@ -62,10 +61,10 @@ def test_watch_once_takes_each_recording_once(
         (str(bad), "started", f"watch-{bad_id}"),
         (str(good), "started", f"watch-{good_id}"),
     ]
-    parked = show(stack, f"watch-{bad_id}")
-    assert parked["counts"] == {"ERROR": 1}, parked
-    assert [e["step"] for e in parked["errors"].values()] == ["decode"]
-    assert show(stack, f"watch-{good_id}")["counts"] == {"SUCCESS": 1}
+    parked = finished(stack, f"watch-{bad_id}")
+    assert parked.counts() == {"ERROR": 1}, parked
+    assert [e["step"] for e in parked.errors.values()] == ["decode"]
+    assert finished(stack, f"watch-{good_id}").counts() == {"SUCCESS": 1}
 
     again = watch_once(stack, folder, mapping)  # a restart: nothing is started twice
     assert [(t["file"], t["status"]) for t in again] == [
@@ -102,7 +101,10 @@ def test_watch_takes_a_file_that_arrives_once_it_is_whole(
         text=True,
     )
     try:
-        time.sleep(1.0)  # the watch scans an empty folder
+        deadline = time.monotonic() + 60
+        while "watching" not in (tmp_path / "watch.out").read_text():  # scanning the folder
+            assert watcher.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
         arriving = folder / "arriving.mcap"
         with arriving.open("wb") as out:  # written slowly: pauses shorter than the settle time
             step = len(whole) // 6 + 1
@@ -111,8 +113,8 @@ def test_watch_takes_a_file_that_arrives_once_it_is_whole(
                 out.flush()
                 time.sleep(0.3)
         episode = recording_id(file_sha256(arriving))
-        report = show(stack, f"watch-{episode}", timeout_s=60)
-        assert report["counts"] == {"SUCCESS": 1}, report
+        state = finished(stack, f"watch-{episode}", timeout_s=60)
+        assert state.counts() == {"SUCCESS": 1}, state
     finally:
         watcher.send_signal(signal.SIGTERM)
         code = watcher.wait(timeout=30)
