@@ -61,9 +61,9 @@ class ResultsError(ProfileError):
         self.problems = list(problems or [])
         listed = self.problems[:MAX_LISTED]
         more = len(self.problems) - len(listed)
-        text = message + "".join(f"\n  {p}" for p in listed)
+        text = " ".join([message, "; ".join(listed)])  # one line, as the CLI prints errors
         if more > 0:
-            text += f"\n  ... and {more} more"
+            text += f"; and {more} more"
         super().__init__(text, **context)
 
     def __reduce__(self) -> tuple[Any, ...]:

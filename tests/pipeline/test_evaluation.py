@@ -78,7 +78,7 @@ def test_results_lines_are_checked_field_by_field() -> None:
     with pytest.raises(ResultsError) as caught:
         parse_results(text, file="r.jsonl")
     message = str(caught.value)
-    assert "nothing written" in message and "\n  line 1:" not in message
+    assert "nothing written" in message and "line 1:" not in message
     for expected in (
         "line 3: not JSON (Expecting value at column 1)",
         "line 4: field 'episode' or 'recording': give exactly one",
@@ -139,7 +139,7 @@ def test_results_become_labels_and_evaluations(
         "line 9: field 'checkpoint': unknown checkpoint '../x'",
     ):
         assert expected in refused.stderr, (expected, refused.stderr)
-    assert "\n  line 1:" not in refused.stderr
+    assert "line 1:" not in refused.stderr
     assert nothing_enqueued(pg_conn)
     assert pg_conn.execute("SELECT count(*) FROM episode_evaluations").fetchone() == (0,)
     other = stack.quarry("pipeline", "run", "--profile", "metadata", "--labels", str(bad))
