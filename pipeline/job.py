@@ -33,9 +33,14 @@ class Job:
     profile: str
     source: SourceRecord
     pipeline_version: int
+    #: Results of policy evaluations on this episode (profile ``relabel`` with ``--labels``:
+    #: :func:`pipeline.evaluation.result_record`), written by its register step.
+    evaluations: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "source": asdict(self.source)}
+        data = {**asdict(self), "source": asdict(self.source)}
+        data["evaluations"] = [dict(e) for e in self.evaluations]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Job:
@@ -44,6 +49,7 @@ class Job:
             data["profile"],
             SourceRecord(**data["source"]),
             int(data["pipeline_version"]),
+            tuple(dict(e) for e in data.get("evaluations", ())),
         )
 
     @property

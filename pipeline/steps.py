@@ -44,6 +44,7 @@ from episodes.writer import WriteOptions, write_episode
 
 from . import objects
 from .errors import PipelineError
+from .evaluation import write_evaluations
 from .job import Job, WorkerPaths
 
 #: Idle segments: actions that move less than this (per dimension, per control step) ...
@@ -239,13 +240,17 @@ def update(
     dims: list[DimStats] | None,
     labels: list[tuple[str, str, int | None, int | None]],
 ) -> bool:
-    """Register what ``metadata`` or ``relabel`` computed from the current container."""
+    """Register what ``metadata`` or ``relabel`` computed from the current container, and
+    the evaluation results the job carries (``relabel --labels``), in one transaction."""
     report = None
     if quality is not None:
         flags = [QualityFlag(name, detail) for name, detail in quality["flags"]]
         report = QualityReport(flags, quality["report"])
-    update_metadata(conn, job.source.episode_id, job.source.sha256, report, dims)
-    _add_labels(conn, job.source.episode_id, labels)
+    with conn.transaction():
+        update_metadata(conn, job.source.episode_id, job.source.sha256, report, dims)
+        _add_labels(conn, job.source.episode_id, labels)
+        if job.evaluations:
+            write_evaluations(conn, job.source.episode_id, list(job.evaluations), job.run_id)
     return True
 
 

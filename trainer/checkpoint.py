@@ -27,10 +27,11 @@ from torch.distributed.checkpoint.state_dict_saver import async_save, save
 
 from .config import CheckpointSection
 from .errors import CheckpointError
+from .marker import COMMIT_NAME as COMMIT_NAME  # re-exported: the marker's name
+from .marker import read_marker
 
 log = logging.getLogger(__name__)
 
-COMMIT_NAME = "COMMITTED.json"
 METADATA_NAME = ".metadata"
 STEP_PREFIX = "step-"
 
@@ -68,7 +69,7 @@ class CheckpointStore:
         """Complete checkpoints, oldest first (a marker and DCP's metadata must be present)."""
         refs = []
         for step, path in self._step_dirs():
-            info = _read_marker(path)
+            info = read_marker(path)
             if info is not None and (path / METADATA_NAME).is_file():
                 refs.append(CheckpointRef(step, path, info))
         return refs
@@ -110,14 +111,6 @@ class CheckpointStore:
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
         return removed
-
-
-def _read_marker(path: Path) -> dict[str, Any] | None:
-    try:
-        info = json.loads((path / COMMIT_NAME).read_text())
-    except (OSError, ValueError):
-        return None
-    return info if isinstance(info, dict) else None
 
 
 def _fsync_dir(path: Path) -> None:

@@ -80,6 +80,8 @@ class DataFeed:
         self.world = world
         self.manifest_path = manifest_path
         self.manifest = open_manifest(manifest_path)
+        #: The manifest's ID (from its file name, ``<id>.arrow``), recorded in checkpoints.
+        self.manifest_id = self.manifest.manifest_id
         self._row_offsets = self.manifest.index.row_offsets()
         self.sampler = self._sampler(epoch=0)
         self.cache = NodeCache(config.loader.cache, ObjectStore(config.loader.store))

@@ -21,6 +21,7 @@ from .checkpoint import Checkpointer, CheckpointRef, SaveRecord
 from .cluster import Cluster
 from .config import TrainerConfig
 from .goodput import GoodputMeter, Phase, Timeline, mfu
+from .marker import MANIFEST_KEY
 from .metrics import MetricsExporter
 from .policy import Batch, batch_loss
 from .records import RunRecords, write_json
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 
 class DataFeed(Protocol):
     """What the loop needs from the data side (see :mod:`trainer.data`)."""
+
+    #: The ID of the manifest the run trains on (its checkpoints record it), if known.
+    manifest_id: str | None
 
     def next_batch(self) -> Fetch: ...
 
@@ -151,6 +155,8 @@ def save_checkpoint(run: Run, agreed: Vote | None = None) -> SaveRecord:
             "wall": time.time(),
             "world_size": run.cluster.world.world_size,
             "ledger": run.meter.ledger.snapshot(),
+            # the lineage of what the checkpoint learned from (evaluation results link to it)
+            MANIFEST_KEY: run.feed.manifest_id,
         }
         record = run.checkpointer.save(run.step, checkpoint_state(run), info)
     if run.step >= run.config.steps:

@@ -27,6 +27,7 @@ CURATION_VIEWS: tuple[str, ...] = (
     "episode_labels",
     "episode_stats",
     "episode_instructions",
+    "episode_evaluations",
     "robots",
     "tasks",
     "manifests",

@@ -64,6 +64,13 @@ def pipeline() -> None:
     show_default=True,
     help="Stamp the run writes on the episodes it processes.",
 )
+@click.option(
+    "--labels",
+    "results_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Profile relabel: a policy evaluation's per-episode results (JSON Lines: episode or "
+    "recording, checkpoint, success, scores), written as labels and evaluations.",
+)
 @click.option("--wait", is_flag=True, help="Follow the run; exit 2 if a recording failed.")
 @click.option("--timeout", type=float, default=3600.0, show_default=True, help="--wait's limit, s.")
 def run(
@@ -75,6 +82,7 @@ def run(
     predicate: str | None,
     mapping_file: Path | None,
     pipeline_version: int,
+    results_file: Path | None,
     wait: bool,
     timeout: float,
     **overrides: Any,
@@ -82,7 +90,8 @@ def run(
     """Enqueue a run: one durable workflow per recording (profile full: the MCAP files
     given, copied into the landing area; reprocess: the episodes given by --episode or
     selected by --where, from their source recordings; metadata: QC, statistics and labels
-    again from their current containers; relabel: labels only). `quarry worker` runs them; the run
+    again from their current containers; relabel: labels only, or with --labels a policy
+    evaluation's results as labels and evaluations). `quarry worker` runs them; the run
     ID is printed. An episode the profile cannot take refuses the whole run before it starts."""
     from pipeline.runs import enqueue_run, new_run_id, wait_run  # loads DBOS: only here
 
@@ -90,7 +99,13 @@ def run(
     dsn = settings.operational_dsn()
     run_id = new_run_id()
     try:
-        if profile == "full":
+        if results_file is not None:
+            from quarry.commands._evaluation import evaluation_jobs
+
+            if profile != "relabel" or paths or episode_ids or predicate:
+                raise BadInputError("--labels goes with --profile relabel alone")
+            jobs = evaluation_jobs(settings, results_file, run_id, pipeline_version)
+        elif profile == "full":
             mapping = (load_mapping(mapping_file) if mapping_file else Mapping()).with_overrides(
                 **overrides
             )
@@ -268,5 +283,8 @@ def _report(state: Any, as_json: bool, fail: bool = True) -> None:
 
 
 def register(group: click.Group) -> None:
+    from quarry.commands._pipeline_watch import watch
+
+    pipeline.add_command(watch)
     group.add_command(pipeline)
     group.add_command(worker)

@@ -23,6 +23,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from trainer.config import load_config
 from trainer.errors import ExitCode
 from trainer.launch import LaunchResult, launch_run
+from trainer.marker import MANIFEST_KEY, checkpoint_id, read_marker
 
 from .conftest import Corpus, ManifestServer
 
@@ -114,6 +115,10 @@ def test_thin_path_fetches_trains_and_checkpoints(
     assert sum(summary["time_s"].values()) <= summary["wall_s"] + 0.5
     steps = sorted(p.name for p in (tmp_path / "state/checkpoints/thin").iterdir())
     assert len(steps) == 2 and steps[-1] == "step-0000000040"  # keep_last=2
+    final = tmp_path / "state/checkpoints/thin/step-0000000040"
+    marker = read_marker(final)  # what evaluation results link the checkpoint by
+    assert marker is not None and marker[MANIFEST_KEY] == corpus.manifest_id
+    assert checkpoint_id(final) == "thin/step-0000000040"
     assert (tmp_path / "state/manifests" / f"{corpus.manifest_id}.arrow").is_file()
     prom = (result.run_dir / "metrics" / "rank-0.prom").read_text()
     assert 'quarry_trainer_step{rank="0",run="thin"} 40.0' in prom

@@ -167,6 +167,9 @@ VIEW_TYPES = {
     "episode_stats": "episode_id:string field:string dim:int32 count:int64 sum:double "
     "sum_sq:double min:double max:double",
     "episode_instructions": "episode_id:string instruction:string",
+    "episode_evaluations": "checkpoint_id:string episode_id:string manifest_id:string "
+    "success:bool scores:string evaluation_id:string run_id:string "
+    "created_at:timestamp[us,tz=Etc/UTC]",
     "robots": "id:string model:string site:string created_at:timestamp[us,tz=Etc/UTC]",
     "tasks": "id:string description:string created_at:timestamp[us,tz=Etc/UTC]",
     "manifests": "id:string reuse_key:string sql:string sample_spec:string snapshot_id:int64 "

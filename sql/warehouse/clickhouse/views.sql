@@ -66,6 +66,14 @@ SELECT * EXCEPT (_rank) FROM (
     FROM ${mirror}.episode_stats WHERE _commit <= {snapshot:UInt64}
 ) WHERE _rank = 1 AND NOT _deleted;
 
+CREATE OR REPLACE VIEW ${meta}.live_episode_evaluations AS
+SELECT * EXCEPT (_rank) FROM (
+    SELECT *, row_number() OVER (
+        PARTITION BY checkpoint_id, episode_id ORDER BY _lsn DESC, _seq DESC
+    ) AS _rank
+    FROM ${mirror}.episode_evaluations WHERE _commit <= {snapshot:UInt64}
+) WHERE _rank = 1 AND NOT _deleted;
+
 CREATE OR REPLACE VIEW ${meta}.live_manifests AS
 SELECT * EXCEPT (_rank) FROM (
     SELECT *, row_number() OVER (PARTITION BY id ORDER BY _lsn DESC, _seq DESC) AS _rank
@@ -138,6 +146,17 @@ SELECT toString(s.episode_id) AS episode_id, s.field AS field, s.dim AS dim,
        s.count AS count, s.sum AS sum, s.sum_sq AS sum_sq, s.min AS min, s.max AS max
 FROM ${meta}.live_episode_stats(snapshot = {snapshot:UInt64}) AS s
 WHERE s.episode_id IN (
+    SELECT id FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64})
+    WHERE status <> 'retracted'
+);
+
+-- Results of policy evaluations; see sql/warehouse/ducklake/views.sql.
+CREATE OR REPLACE VIEW ${views}.episode_evaluations AS
+SELECT v.checkpoint_id AS checkpoint_id, toString(v.episode_id) AS episode_id,
+       v.manifest_id AS manifest_id, v.success AS success, v.scores AS scores,
+       v.evaluation_id AS evaluation_id, v.run_id AS run_id, v.created_at AS created_at
+FROM ${meta}.live_episode_evaluations(snapshot = {snapshot:UInt64}) AS v
+WHERE v.episode_id IN (
     SELECT id FROM ${meta}.live_episodes(snapshot = {snapshot:UInt64})
     WHERE status <> 'retracted'
 );

@@ -73,6 +73,15 @@ FROM mirror.episode_stats AS s
 WHERE NOT s._deleted
   AND s.episode_id IN (SELECT id FROM mirror.episodes WHERE NOT _deleted AND status <> 'retracted');
 
+-- Results of policy evaluations (Postgres migration 0009): one row per (checkpoint, episode),
+-- with the manifest the checkpoint trained on (the lineage link) and the scores as JSON text.
+CREATE OR REPLACE VIEW main.episode_evaluations AS
+SELECT v.checkpoint_id, CAST(v.episode_id AS VARCHAR) AS episode_id, v.manifest_id, v.success,
+       CAST(v.scores AS VARCHAR) AS scores, v.evaluation_id, v.run_id, v.created_at
+FROM mirror.episode_evaluations AS v
+WHERE NOT v._deleted
+  AND v.episode_id IN (SELECT id FROM mirror.episodes WHERE NOT _deleted AND status <> 'retracted');
+
 CREATE OR REPLACE VIEW main.robots AS
 SELECT id, model, site, created_at FROM mirror.robots WHERE NOT _deleted;
 
