@@ -53,6 +53,14 @@ class PipelineConfig(BaseModel):
     start_period_s: float = Field(
         default=1.0, gt=0, description="the period of `starts_per_period`, seconds"
     )
+    synchronous_step_records: bool = Field(
+        default=False,
+        description="whether a worker's records in DBOS's tables (dequeues, step outputs, "
+        "workflow states) wait for the WAL flush at commit; off by default: a killed worker "
+        "loses none, a crash of the database server at most the last fraction of a second's, "
+        "whose steps then run again (each registration commits synchronously, and a "
+        'registration done twice changes nothing; docs/pipeline.md, "Durability")',
+    )
     polling_interval_s: float = Field(
         default=0.2, gt=0, description="how often an idle worker polls the queue, seconds"
     )

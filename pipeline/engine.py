@@ -4,6 +4,8 @@ operational Postgres, reached with the same libpq connection string as the rest 
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from dbos import DBOS
 from psycopg.conninfo import conninfo_to_dict
@@ -33,3 +35,30 @@ def system_url(dsn: str) -> str:
 def migrate_system(dsn: str) -> None:
     """Create or migrate DBOS's tables in :data:`SYSTEM_SCHEMA` (idempotent)."""
     DBOS.migrate(system_url(dsn), schema=SYSTEM_SCHEMA)
+
+
+def engine_options(dsn: str, synchronous: bool) -> dict[str, Any]:
+    """SQLAlchemy engine options of a worker's connections to DBOS's tables (DBOS's
+    ``db_engine_kwargs``).
+
+    No ping before each pool checkout (DBOS's default pings: a round trip more per
+    transaction, two transactions per step): a connection the database closed fails its
+    statement, which DBOS retries on a fresh one after a second.
+
+    ``synchronous`` False: the worker's own records (dequeues, step outputs, workflow
+    states) commit without waiting for the WAL flush (``synchronous_commit = off``). A
+    worker killed at any point loses none of them: they are in the database's memory, and
+    WAL is written in order. A crash of the database server itself may lose the last
+    fraction of a second of them, never a record older than a later synchronous commit
+    (its flush carries the earlier WAL), and every episode's registration is such a commit,
+    on Quarry's own connection. So a lost record means a step after the last registration
+    runs again with the outputs recorded before it, and registering the same container
+    twice changes nothing (``episodes.versions.register_version``). Enqueueing a run
+    (:mod:`pipeline.runs`) always commits synchronously.
+    """
+    options = conninfo_to_dict(dsn).get("options")
+    connect_args: dict[str, Any] = {"application_name": "quarry-worker"}
+    if not synchronous:
+        extra = "-c synchronous_commit=off"
+        connect_args["options"] = f"{options} {extra}" if options else extra
+    return {"pool_pre_ping": False, "connect_args": connect_args}

@@ -21,7 +21,7 @@ from dbos import DBOS, DBOSConfig
 
 from . import workflow
 from .config import PipelineConfig
-from .engine import SYSTEM_SCHEMA, system_url
+from .engine import SYSTEM_SCHEMA, engine_options, system_url
 from .job import WorkerContext
 from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME
 
@@ -29,6 +29,11 @@ from .workflow import APP_NAME, APP_VERSION, QUEUE_NAME
 HEARTBEAT_S = 2.0
 #: A worker silent this long is taken for dead and its pending workflows recovered, seconds.
 DEAD_AFTER_S = 10.0
+#: How often DBOS's notifier thread flushes LISTEN/NOTIFY payloads (events and streams), s.
+#: Quarry's workflows use neither, and DBOS's default (0.01 s) wakes that thread 100 times a
+#: second on the worker's one core: about 9 % of the core's samples while a worker ran the
+#: ingest benchmark (py-spy, docs/benchmarks.md).
+NOTIFY_COALESCE_S = 0.5
 #: The workers' heartbeats (executor ID, last seen), in DBOS's schema: the pipeline's own.
 WORKERS_TABLE = f"{SYSTEM_SCHEMA}.quarry_workers"
 
@@ -47,6 +52,10 @@ def launch(
         "executor_id": executor_id,
         "system_database_url": system_url(context.dsn),
         "dbos_system_schema": SYSTEM_SCHEMA,
+        "notification_coalesce_sec": NOTIFY_COALESCE_S,
+        "db_engine_kwargs": engine_options(
+            context.dsn, (limits or PipelineConfig()).synchronous_step_records
+        ),
     }
     DBOS(config=config)
     DBOS.launch()
@@ -69,45 +78,54 @@ def run_worker(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     launch(context, executor_id, limits)
+    conn: psycopg.Connection[Any] | None = None
     try:
-        with psycopg.connect(context.dsn, autocommit=True) as conn:
-            conn.execute(
+        with psycopg.connect(context.dsn, autocommit=True) as first:
+            first.execute(
                 f"CREATE TABLE IF NOT EXISTS {WORKERS_TABLE}"
                 " (executor_id text PRIMARY KEY, seen_at timestamptz NOT NULL)"
             )
         while not stop.is_set():
             try:
-                recover_dead(context.dsn, executor_id)
+                # One connection for the beats, kept (a connection per beat cost a backend
+                # start every HEARTBEAT_S on the cores the steps run on); reopened when broken.
+                if conn is None or conn.closed or conn.broken:
+                    conn = psycopg.connect(context.dsn, autocommit=True)
+                recover_dead(conn, executor_id)
             except psycopg.Error as error:  # the database away a moment: the next beat
                 log.warning("heartbeat failed: %s", error)
             stop.wait(HEARTBEAT_S)
     finally:
+        if conn is not None:
+            conn.close()
         DBOS.destroy(workflow_completion_timeout_sec=0)
 
 
-def recover_dead(dsn: str, executor_id: str, dead_after_s: float = DEAD_AFTER_S) -> list[str]:
+def recover_dead(
+    conn: psycopg.Connection[Any], executor_id: str, dead_after_s: float = DEAD_AFTER_S
+) -> list[str]:
     """Record ``executor_id`` alive, and recover the pending workflows of every other
     executor silent for ``dead_after_s`` (its row is dropped once they are back in the
-    queue; a restart with its ID records it again). The executors recovered."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            f"INSERT INTO {WORKERS_TABLE} (executor_id, seen_at) VALUES (%s, now())"
-            " ON CONFLICT (executor_id) DO UPDATE SET seen_at = now()",
-            (executor_id,),
+    queue; a restart with its ID records it again), on the autocommit connection ``conn``.
+    The executors recovered."""
+    conn.execute(
+        f"INSERT INTO {WORKERS_TABLE} (executor_id, seen_at) VALUES (%s, now())"
+        " ON CONFLICT (executor_id) DO UPDATE SET seen_at = now()",
+        (executor_id,),
+    )
+    stale = "seen_at < now() - make_interval(secs => %s) AND executor_id <> %s"
+    dead = [
+        row[0]
+        for row in conn.execute(
+            f"SELECT executor_id FROM {WORKERS_TABLE} WHERE {stale}",
+            (dead_after_s, executor_id),
         )
-        stale = "seen_at < now() - make_interval(secs => %s) AND executor_id <> %s"
-        dead = [
-            row[0]
-            for row in conn.execute(
-                f"SELECT executor_id FROM {WORKERS_TABLE} WHERE {stale}",
-                (dead_after_s, executor_id),
-            )
-        ]
-        for other in dead:
-            handles = DBOS._recover_pending_workflows([other])
-            log.warning("executor %s silent: recovered %d workflows", other, len(handles))
-            conn.execute(
-                f"DELETE FROM {WORKERS_TABLE} WHERE executor_id = %s AND {stale}",
-                (other, dead_after_s, executor_id),
-            )
+    ]
+    for other in dead:
+        handles = DBOS._recover_pending_workflows([other])
+        log.warning("executor %s silent: recovered %d workflows", other, len(handles))
+        conn.execute(
+            f"DELETE FROM {WORKERS_TABLE} WHERE executor_id = %s AND {stale}",
+            (other, dead_after_s, executor_id),
+        )
     return dead
