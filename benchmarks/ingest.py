@@ -454,6 +454,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--frame", help="diagnosis only: the cameras' frame size WxH instead of the pinned one"
     )
+    parser.add_argument(
+        "--duration-scale",
+        type=float,
+        help="diagnosis only: the recordings' durations (the skew's median and clip bounds) "
+        "times this factor, to see how the fixed durable cost per recording weighs on "
+        "longer recordings (the line's params.skew shows what ran)",
+    )
     parser.add_argument("--plain", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args()
 
@@ -469,6 +476,9 @@ def main() -> None:
     if args.frame:
         width, _, height = args.frame.partition("x")
         params["frame"] = (int(width), int(height))
+    if args.duration_scale:
+        for key in ("median_s", "min_s", "max_s"):
+            SKEW[key] = round(float(SKEW[key]) * args.duration_scale, 3)
     n = int(params["episodes"])
     # A backfill's layout: a few long-running batches per worker (pinned), so the packing,
     # not the queue's dispatch of many small batches, evens the workers' loads.
