@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
+#: OSErrors that the same call would meet again: a missing, misplaced or forbidden file.
+_TERMINAL_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
 
 class PipelineError(Exception):
     """A run that cannot start, or a step that failed; ``context`` names the episode,
@@ -33,3 +38,20 @@ def _rebuild(
 
 class ProfileError(PipelineError):
     """The profile cannot run on an episode (e.g. no source recording to reprocess from)."""
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether a step that raised ``error`` may succeed when tried again: an error that says
+    so (``retryable`` of :class:`PipelineError` and ``episodes``' errors), the operational
+    database unreachable or its connection broken (``psycopg.OperationalError``), an
+    ``OSError`` or timeout reading the landing area or S3 other than a missing or forbidden
+    file. Anything else (a damaged recording: ``SourceError``, ``ContainerError``) is
+    terminal."""
+    flag = getattr(error, "retryable", None)
+    if isinstance(flag, bool):
+        return flag
+    if isinstance(error, psycopg.OperationalError):
+        return True
+    if isinstance(error, _TERMINAL_OS_ERRORS):
+        return False
+    return isinstance(error, OSError | TimeoutError)
