@@ -13,12 +13,14 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from episodes.foreign import file_sha256, recording_id
 from episodes.ingest import ingest_synth
 from pipeline.job import PROFILES, STEPS
+from pipeline.operations import RunError, cancel_run, replay_run, run_report
 from pipeline.runs import wait_run
 from pipeline.workflow import STEPS_APPLICATION
 from quarry.settings import Settings
@@ -112,8 +114,9 @@ def test_a_damaged_recording_parks_and_the_run_reports_it(
     assert "no run 'run-nosuch'" in refused(
         stack, "pipeline", "replay", "run-nosuch", "--from", "decode"
     )
-    assert "no run" in refused(stack, "pipeline", "show", "run-nosuch")
-    assert "no run" in refused(stack, "pipeline", "cancel", "run-nosuch")
+    for operation in (run_report, cancel_run):
+        with pytest.raises(RunError, match="no run 'run-nosuch'"):
+            operation(stack.dsn, "run-nosuch")
     assert pg_conn.execute("SELECT count(*) FROM pipeline_replays").fetchone() == (0,)
     assert wait_run(stack.dsn, run_id, 0).counts() == {"SUCCESS": 1, "ERROR": 1}
 
@@ -211,21 +214,36 @@ def test_replay_retry_cancel_and_metrics(
     )
     held_id = held["run_id"]
     wait_for(stack.work / held["workflows"][0].replace(":", "_") / "paused-register", 60)
+    # /metrics while it is held: the totals of every run, the progress of the unfinished one.
+    metrics = scrape(tmp_path, pg_dsn)
+    assert metrics[("quarry_pipeline_up", ())] == 1
+    recordings = {
+        state: metrics[("quarry_pipeline_workflows", (("kind", "recording"), ("state", state)))]
+        for state in ("SUCCESS", "PENDING", "ERROR")
+    }
+    assert recordings == {"SUCCESS": 3, "PENDING": 1, "ERROR": 0}, metrics
+    assert metrics[("quarry_pipeline_episodes_done", ())] == 3
+    total = pg_conn.execute("SELECT sum(end_ns - start_ns) / 3.6e12 FROM episodes").fetchone()
+    assert total is not None
+    hours = total[0]
+    assert abs(metrics[("quarry_pipeline_episode_hours_done", ())] - float(hours)) < 1e-9
+    run = (("run", held_id),)
+    assert metrics[("quarry_pipeline_run_recordings", run)] == 3
+    assert metrics[("quarry_pipeline_run_recordings_done", run)] == 0
+    assert ("quarry_pipeline_run_recordings", (("run", run_id),)) not in metrics  # finished
+
     cancelled = quarry_json(stack, "pipeline", "cancel", held_id)["cancelled"]
     assert len(cancelled) == 4, cancelled  # three batches, the held recording
     pause.unlink()
     state = wait_run(stack.dsn, held_id, 30)
     assert state.counts() == {"CANCELLED": 3} and state.finished, state
-    assert quarry_json(stack, "pipeline", "cancel", held_id)["cancelled"] == []
-    assert quarry_json(stack, "pipeline", "show", held_id)["counts"] == {"CANCELLED": 3}
+    assert cancel_run(stack.dsn, held_id) == []  # nothing left to cancel
+    assert run_report(stack.dsn, held_id).to_dict()["counts"] == {"CANCELLED": 3}
 
-    metrics = scrape(tmp_path, pg_dsn)
-    assert metrics[("quarry_pipeline_up", ())] == 1
-    assert (
-        metrics[("quarry_pipeline_workflows", (("kind", "recording"), ("state", "SUCCESS")))] == 3
-    )
-    assert metrics[("quarry_pipeline_episodes_done", ())] == 3
-    assert metrics[("quarry_pipeline_episode_hours_done", ())] > 0
+    # Replayed: the held one from its start, the two its batches never reached enqueued anew.
+    plan = replay_run(stack.dsn, held_id, "fetch")
+    assert sorted(p["workflow_id"] for p in plan) == sorted(held["workflows"])
+    assert wait_run(stack.dsn, held_id, 60).counts() == {"SUCCESS": 3}
 
 
 def scrape(tmp_path: Path, dsn: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
