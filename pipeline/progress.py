@@ -1,11 +1,11 @@
-"""Runs' records and progress, in SQL: the pipeline's own table ``pipeline_runs`` (migration
-0010) and DBOS 3.4's tables in :data:`~pipeline.engine.SYSTEM_SCHEMA`, read directly
-(``workflow_status``: one row per workflow, its ``name``, ``status``, ``created_at``,
-``started_at_epoch_ms`` (a dequeued one's), ``completed_at`` and ``updated_at``, epoch ms; ``operation_outputs``: one row per finished step, its
-``function_name`` and ``error``), so that a run's progress, or every run's for ``/metrics``,
-is one or two queries instead of a client call per workflow. Those tables are DBOS's, not a
-published interface: this module is the one place that reads them, and a DBOS upgrade checks
-it (``tests/pipeline/test_operations.py``).
+"""Runs' records and progress, in SQL: the pipeline's own table ``pipeline_runs``
+(migration 0010) and DBOS 3.4's tables in :data:`~pipeline.engine.SYSTEM_SCHEMA`, read
+directly: ``workflow_status`` (one row per workflow: ``name``, ``status``, ``created_at``,
+``started_at_epoch_ms`` for a dequeued one, ``completed_at``, ``updated_at``, epoch ms) and
+``operation_outputs`` (one row per finished step: ``function_name``, ``error``). So a run's
+progress, or every run's for ``/metrics``, is one or two queries instead of a client call per
+workflow. Those tables are DBOS's, not a published interface: this module is the one place
+that reads them, and a DBOS upgrade checks it (``tests/pipeline/test_operations.py``).
 
 Episode-hours: a recording workflow's ID is ``<run>:<episode>``, so the episodes a run
 registered and their durations (``episodes.end_ns - start_ns``) join on the ID.
