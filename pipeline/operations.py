@@ -108,7 +108,7 @@ def run_report(dsn: str, run_id: str) -> RunReport:
         record = read_run(conn, run_id)
         steps = step_progress(conn, run_id)
         timing = run_timing(conn, run_id)
-    profile = record.profile if record else next(iter(jobs.values()))[0].profile
+    profile = record.profile if record else _profile(jobs)
     if REGISTER_METADATA in steps:  # profiles metadata and relabel record it so
         steps["register"] = steps.pop(REGISTER_METADATA)
     return RunReport(state, record, profile, steps, timing)
@@ -168,11 +168,14 @@ def _plan_replay(
     from_step: str,
     episode_ids: tuple[str, ...],
 ) -> list[dict[str, Any]]:
-    profile = next(iter(jobs.values()))[0].profile
-    if from_step not in PROFILES[profile]:
-        steps = ", ".join(PROFILES[profile])
+    profile = _profile(jobs)
+    if not profile:
+        raise RunError(f"run {state.run_id} has no batch to replay from")
+    if from_step not in PROFILES.get(profile, ()):
+        steps = ", ".join(PROFILES.get(profile, ()))
         raise RunError(f"step {from_step!r} is not one of profile {profile}'s ({steps})")
-    targets = [f"{state.run_id}:{eid}" for eid in episode_ids] or state.failed
+    given = [f"{state.run_id}:{eid}" for eid in dict.fromkeys(episode_ids)]
+    targets = given or state.failed
     if not targets:
         raise RunError(f"run {state.run_id} has no failed recording to replay")
     plan = []
@@ -192,6 +195,11 @@ def _plan_replay(
             | {"function_id": function_id}
         )
     return plan
+
+
+def _profile(jobs: dict[str, tuple[Job, str]]) -> str:
+    """The run's profile (every job of a run has the same); empty without any batch."""
+    return next((job.profile for job, _ in jobs.values()), "")
 
 
 def _function_id(dbos: DBOSClient, workflow_id: str, step: str, first: bool) -> int | None:
