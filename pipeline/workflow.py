@@ -1,11 +1,14 @@
 """The recording workflow on DBOS Transact: one durable workflow per (run, episode), its
 steps recorded in DBOS's system database, so a worker killed mid-step resumes (on its
 restart, or on another worker's recovery) at that step, with the finished steps' outputs
-read back instead of redone.
+read back instead of redone. A step that fails for a passing reason is tried again with
+back-off (:func:`_step`, the worker's :class:`~pipeline.job.StepRetry`); a terminal failure
+ends the workflow at once (``ERROR``, the step and error kept), and its batch goes on.
 
-The functions are registered with DBOS at import (its decorators); the worker's context
-(where it writes, the operational database) is set by :func:`pipeline.worker.run_worker`
-before DBOS launches.
+The workflows are registered with DBOS at import (its decorators); the steps run through
+``DBOS.run_step`` with the retry policy of the worker's context (where it writes, the
+operational database, the retries), set by :func:`pipeline.worker.run_worker` before DBOS
+launches.
 """
 
 from __future__ import annotations
