@@ -87,7 +87,8 @@ def _enter(step: str) -> WorkerContext:
         while ctx.pause_file.exists():
             time.sleep(0.05)
     if step == ctx.fail_before and ctx.fail_file is not None and ctx.fail_file.exists():
-        raise PipelineError(f"injected failure ({ctx.fail_file} exists)", step=step)
+        retryable = ctx.fail_file.read_text().strip() == "retryable"
+        raise PipelineError("injected failure", retryable=retryable, step=step)
     return ctx
 
 

@@ -157,8 +157,8 @@ def run(
 @click.option(
     "--fail-before",
     type=click.Choice(STEPS),
-    help="Debugging: this step fails at its start (a terminal error: the recording parks) "
-    "while --fail-file exists.",
+    help="Debugging: this step fails at its start while --fail-file exists (a terminal "
+    "error, the recording parks; a retryable one when the file says `retryable`).",
 )
 @click.option("--fail-file", type=click.Path(path_type=Path), help="See --fail-before.")
 def worker(

@@ -17,8 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
+from episodes.errors import ContainerError, SourceError
 from episodes.foreign import file_sha256, recording_id
 from episodes.ingest import ingest_synth
+from pipeline.errors import PipelineError, is_retryable
 from pipeline.job import PROFILES, STEPS
 from pipeline.operations import RunError, cancel_run, replay_run, run_report
 from pipeline.runs import wait_run
@@ -179,6 +181,18 @@ def test_replay_retry_cancel_and_metrics(
     assert [r["from"] for r in shown["replays"]] == ["encode", "encode", "register"]
     assert (shown["done"], shown["errors"]) == (2, {})
 
+    # Retryable but failing every time: tried step_attempts times, with back-off, then parked.
+    fail.write_text("retryable")
+    report = quarry_json(
+        stack, "pipeline", "run", "--profile", "reprocess", "--episode", ids[2], "--wait", code=2
+    )
+    (error,) = report["errors"].values()
+    assert (error["step"], error["error"]) == ("encode", "PipelineError"), error
+    assert error["message"].endswith("(after 3 attempts)"), error
+    wid = f"{report['run_id']}:{ids[2]}"
+    assert steps_run(stack, wid) == ["fetch", "decode", "transform", *["encode"] * 3]
+    fail.unlink()
+
     # A step not in the profile is refused.
     pause.touch()  # before the run: its recording waits at register
     metadata = quarry_json(stack, "pipeline", "run", "--profile", "metadata", "--episode", ids[2])
@@ -221,7 +235,7 @@ def test_replay_retry_cancel_and_metrics(
         state: metrics[("quarry_pipeline_workflows", (("kind", "recording"), ("state", state)))]
         for state in ("SUCCESS", "PENDING", "ERROR")
     }
-    assert recordings == {"SUCCESS": 3, "PENDING": 1, "ERROR": 0}, metrics
+    assert recordings == {"SUCCESS": 3, "PENDING": 1, "ERROR": 1}, metrics
     assert metrics[("quarry_pipeline_episodes_done", ())] == 3
     total = pg_conn.execute("SELECT sum(end_ns - start_ns) / 3.6e12 FROM episodes").fetchone()
     assert total is not None
@@ -244,6 +258,28 @@ def test_replay_retry_cancel_and_metrics(
     plan = replay_run(stack.dsn, held_id, "fetch")
     assert sorted(p["workflow_id"] for p in plan) == sorted(held["workflows"])
     assert wait_run(stack.dsn, held_id, 60).counts() == {"SUCCESS": 3}
+
+
+def test_which_errors_are_retried() -> None:
+    retried = [
+        psycopg.OperationalError("server closed the connection"),
+        psycopg.errors.SerializationFailure("could not serialize"),
+        OSError("connection reset"),
+        TimeoutError("read timed out"),
+        SourceError("read failed"),
+        PipelineError("flaky", retryable=True),
+    ]
+    terminal = [
+        ContainerError("truncated"),
+        SourceError("no such recording", retryable=False),
+        FileNotFoundError("gone"),
+        PermissionError("denied"),
+        PipelineError("bad"),
+        psycopg.errors.CheckViolation("bad row"),
+        ValueError("bug"),
+    ]
+    assert [is_retryable(e) for e in retried] == [True] * len(retried)
+    assert [is_retryable(e) for e in terminal] == [False] * len(terminal)
 
 
 def scrape(tmp_path: Path, dsn: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
