@@ -1,5 +1,6 @@
 """The pipeline's settings (section ``pipeline`` of Quarry's settings, ``QUARRY_PIPELINE__*``):
-how a run is cut into batches, and the queue's limits on how fast and how many batches start.
+how a run is cut into batches, the queue's limits on how fast and how many batches start, and
+how often a step that failed for a passing reason is tried again.
 """
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field
+
+from .job import StepRetry
 
 
 class PipelineConfig(BaseModel):
@@ -64,6 +67,30 @@ class PipelineConfig(BaseModel):
     polling_interval_s: float = Field(
         default=0.2, gt=0, description="how often an idle worker polls the queue, seconds"
     )
+
+    step_attempts: int = Field(
+        default=4,
+        ge=1,
+        le=20,
+        description="attempts of a step that fails with a retryable error (the operational "
+        "database unreachable, an OSError or timeout reading the landing area or S3, a "
+        "PipelineError or EpisodeError marked retryable), the first included; a terminal error "
+        "(a damaged recording) is never retried: its recording parks at once; 1: no retries",
+    )
+    retry_interval_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=600,
+        description="seconds before a step's second attempt; each later wait is "
+        "`retry_backoff` times the one before (exponential back-off)",
+    )
+    retry_backoff: float = Field(
+        default=2.0, ge=1, le=10, description="factor between a step's successive waits"
+    )
+
+    def step_retry(self) -> StepRetry:
+        """The steps' retry policy of these settings."""
+        return StepRetry(self.step_attempts, self.retry_interval_s, self.retry_backoff)
 
     def queue_options(self) -> dict[str, Any]:
         """Keyword arguments of ``DBOS.register_queue`` for these limits."""

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
-from dbos import DBOS
 from psycopg.conninfo import conninfo_to_dict
 
 #: The Postgres schema that holds DBOS's tables (workflow status, step outputs, queues).
@@ -17,6 +15,8 @@ SYSTEM_SCHEMA = "quarry_pipeline"
 def system_url(dsn: str) -> str:
     """The SQLAlchemy URL (psycopg 3) of the libpq connection string ``dsn``; a socket
     folder as host travels in the query, as libpq takes it."""
+    import sqlalchemy as sa  # here: reading progress (the service) needs neither it nor DBOS
+
     params = {k: str(v) for k, v in conninfo_to_dict(dsn).items()}
     host = params.pop("host", None)
     port = params.pop("port", None)
@@ -34,6 +34,8 @@ def system_url(dsn: str) -> str:
 
 def migrate_system(dsn: str) -> None:
     """Create or migrate DBOS's tables in :data:`SYSTEM_SCHEMA` (idempotent)."""
+    from dbos import DBOS
+
     DBOS.migrate(system_url(dsn), schema=SYSTEM_SCHEMA)
 
 

@@ -4,6 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
+#: OSErrors that the same call would meet again: a missing, misplaced or forbidden file.
+_TERMINAL_OS_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+#: Database errors another attempt may not meet: the server unreachable or the connection
+#: broken, a serialization failure or deadlock, and a unique violation (a second worker
+#: registering the same recording at the same moment: the retry finds its row, and
+#: registering is idempotent).
+_RETRYABLE_DB_ERRORS = (
+    psycopg.OperationalError,
+    psycopg.errors.TransactionRollback,
+    psycopg.errors.UniqueViolation,
+)
+
 
 class PipelineError(Exception):
     """A run that cannot start, or a step that failed; ``context`` names the episode,
@@ -33,3 +47,21 @@ def _rebuild(
 
 class ProfileError(PipelineError):
     """The profile cannot run on an episode (e.g. no source recording to reprocess from)."""
+
+
+def is_retryable(error: BaseException) -> bool:
+    """Whether a step that raised ``error`` may succeed when tried again: an error that says
+    so (``retryable`` of :class:`PipelineError` and ``episodes``' errors), the operational
+    database unreachable, its connection broken, a serialization failure, deadlock or
+    concurrent insert of the same row (:data:`_RETRYABLE_DB_ERRORS`), an
+    ``OSError`` or timeout reading the landing area or S3 other than a missing or forbidden
+    file. Anything else (a damaged recording: ``SourceError``, ``ContainerError``) is
+    terminal."""
+    flag = getattr(error, "retryable", None)
+    if isinstance(flag, bool):
+        return flag
+    if isinstance(error, _RETRYABLE_DB_ERRORS):
+        return True
+    if isinstance(error, _TERMINAL_OS_ERRORS):
+        return False
+    return isinstance(error, OSError | TimeoutError)

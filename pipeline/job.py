@@ -76,11 +76,25 @@ class WorkerPaths:
         return path
 
 
+@dataclass(frozen=True)
+class StepRetry:
+    """How a step that fails with a retryable error is tried again: ``attempts`` in all, the
+    first wait ``interval_s`` seconds, each next one ``backoff`` times longer."""
+
+    attempts: int = 4
+    interval_s: float = 1.0
+    backoff: float = 2.0
+
+
 @dataclass
 class WorkerContext:
-    """What the steps of this process need: paths, the operational DSN, a pause point."""
+    """What the steps of this process need: paths, the operational DSN, the retry policy, a
+    pause point and an injected failure (debugging and tests: ``quarry worker --help``)."""
 
     paths: WorkerPaths
     dsn: str
     pause_before: str | None = None
     pause_file: Path | None = None
+    retry: StepRetry = field(default_factory=StepRetry)
+    fail_before: str | None = None
+    fail_file: Path | None = None

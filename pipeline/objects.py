@@ -53,7 +53,9 @@ def read(uri: str, options: dict[str, Any]) -> bytes:
     try:
         data: bytes = fs.cat_file(path)
     except FileNotFoundError:
-        raise SourceError("object missing from the object store", file=uri) from None
+        raise SourceError(
+            "object missing from the object store", file=uri, retryable=False
+        ) from None
     return data
 
 
@@ -63,7 +65,9 @@ def local_copy(uri: str, sha256: str, target: Path, options: dict[str, Any]) -> 
     if not uri.startswith("s3://"):
         path = Path(uri.removeprefix("file://"))
         if not path.is_file():
-            raise SourceError("source recording or container missing", file=str(path))
+            raise SourceError(
+                "source recording or container missing", file=str(path), retryable=False
+            )
     else:
         path = target
         if not (path.is_file() and file_sha256(path) == sha256):

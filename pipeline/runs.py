@@ -9,15 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 from dbos import DBOSClient, EnqueueOptions
+from dbos._error import DBOSMaxStepRetriesExceeded
 
 from .engine import SYSTEM_SCHEMA, migrate_system, system_url
 from .errors import ProfileError
 from .job import PROFILES, Job
 from .packing import Item, pack
+from .progress import TERMINAL, RunRecord, record_run
 from .workflow import APP_NAME, APP_VERSION, BATCH_WORKFLOW_NAME, QUEUE_NAME
 
-_DONE = {"SUCCESS", "ERROR", "CANCELLED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"}
+_DONE = set(TERMINAL)
 
 
 @dataclass(frozen=True)
@@ -89,23 +92,51 @@ def plan_batches(jobs: list[Job], batch_episodes: int, fixed_cost: float = 0.0) 
 
 
 def enqueue_run(
-    dsn: str, jobs: Iterable[Job], batch_episodes: int = 8, fixed_cost: float = 0.0
+    dsn: str,
+    jobs: Iterable[Job],
+    batch_episodes: int = 8,
+    fixed_cost: float = 0.0,
+    selection: dict[str, Any] | None = None,
 ) -> list[str]:
     """Enqueue the jobs packed into batches (:func:`plan_batches`), one batch workflow each,
     which runs one child workflow per job, its ID ``<run>:<episode>`` (so a job enqueued
-    twice runs once); the recordings' workflow IDs, in packing order."""
+    twice runs once), and record the run (``pipeline_runs``, with ``selection``: what chose
+    its recordings); the recordings' workflow IDs, in packing order."""
     jobs = list(jobs)
     for job in jobs:
         if job.profile not in PROFILES:
             raise ProfileError(f"unknown profile {job.profile!r}", episode=job.source.episode_id)
-    return enqueue_batches(dsn, plan_batches(jobs, batch_episodes, fixed_cost))
+    return enqueue_batches(dsn, plan_batches(jobs, batch_episodes, fixed_cost), selection)
 
 
-def enqueue_batches(dsn: str, batches: list[list[Job]]) -> list[str]:
-    """Enqueue ``batches`` as they are (one batch workflow each, in order); the recordings'
-    workflow IDs. :func:`enqueue_run` packs them first; the benchmark also enqueues
-    unpacked ones."""
+def run_record(batches: list[list[Job]], selection: dict[str, Any] | None = None) -> RunRecord:
+    """The record of a run of ``batches``: its size, bytes and, when every recording's
+    duration is known before decoding (:func:`job_item`), its planned seconds."""
+    jobs = [job for batch in batches for job in batch]
+    items = [job_item(job) for job in jobs]
+    known = all(item.duration_s > 0 for item in items)
+    return RunRecord(
+        jobs[0].run_id,
+        jobs[0].profile,
+        jobs[0].pipeline_version,
+        len(jobs),
+        len(batches),
+        sum(item.size_bytes for item in items),
+        sum(item.duration_s for item in items) if known else None,
+        selection or {},
+    )
+
+
+def enqueue_batches(
+    dsn: str, batches: list[list[Job]], selection: dict[str, Any] | None = None
+) -> list[str]:
+    """Record the run (:func:`run_record`) and enqueue ``batches`` as they are (one batch
+    workflow each, in order); the recordings' workflow IDs. :func:`enqueue_run` packs them
+    first; the benchmark also enqueues unpacked ones."""
     migrate_system(dsn)
+    if batches:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            record_run(conn, run_record(batches, selection))
     dbos = client(dsn)
     try:
         ids = []
@@ -124,30 +155,60 @@ def enqueue_batches(dsn: str, batches: list[list[Job]]) -> list[str]:
 
 
 def run_state(dsn: str, run_id: str) -> RunState:
-    """The status of every workflow of ``run_id``."""
+    """The status of every workflow of ``run_id``, and each failed one's step, error and
+    recording."""
     dbos = client(dsn)
     try:
-        found = dbos.list_workflows(workflow_id_prefix=f"{run_id}:", load_input=False)
-        errors = {
-            w.workflow_id: _error_of(dbos, w.workflow_id, w.error)
-            for w in found
-            if w.error is not None
-        }
-        statuses = {w.workflow_id: str(w.status) for w in found}
-        # A recording whose batch has not reached it yet has no workflow: its batch's
-        # status stands for it (ENQUEUED, PENDING, or CANCELLED when the batch was).
-        for batch in dbos.list_workflows(workflow_id_prefix=f"{run_id}/", load_output=False):
-            for data in batch.input["args"][0] if batch.input else []:
-                statuses.setdefault(Job.from_dict(data).workflow_id, str(batch.status))
-        return RunState(run_id, statuses, errors)
+        return _run_state(dbos, run_id, run_jobs(dbos, run_id))
     finally:
         dbos.destroy()
 
 
-def _error_of(dbos: DBOSClient, workflow_id: str, error: Exception) -> dict[str, str]:
+def run_jobs(dbos: DBOSClient, run_id: str) -> dict[str, tuple[Job, str]]:
+    """Every recording of ``run_id`` (from its batches' inputs) by workflow ID, with its
+    batch's status."""
+    jobs: dict[str, tuple[Job, str]] = {}
+    for batch in dbos.list_workflows(workflow_id_prefix=f"{run_id}/", load_output=False):
+        for data in batch.input["args"][0] if batch.input else []:
+            job = Job.from_dict(data)
+            jobs.setdefault(job.workflow_id, (job, str(batch.status)))
+    return jobs
+
+
+def _run_state(dbos: DBOSClient, run_id: str, jobs: dict[str, tuple[Job, str]]) -> RunState:
+    found = dbos.list_workflows(workflow_id_prefix=f"{run_id}:", load_input=False)
+    errors = {
+        w.workflow_id: _error_of(dbos, w.workflow_id, w.error, jobs.get(w.workflow_id))
+        for w in found
+        if w.error is not None
+    }
+    statuses = {w.workflow_id: str(w.status) for w in found}
+    # A recording whose batch has not reached it yet has no workflow: its batch's status
+    # stands for it (ENQUEUED, PENDING, or CANCELLED when the batch was).
+    for workflow_id, (_, batch_status) in jobs.items():
+        statuses.setdefault(workflow_id, batch_status)
+    return RunState(run_id, statuses, errors)
+
+
+def _error_of(
+    dbos: DBOSClient, workflow_id: str, error: Exception, job: tuple[Job, str] | None
+) -> dict[str, str]:
+    """The failed step (the last recorded with an error), the error's class and message (a
+    step that ran out of retries: its last attempt's, ``after N attempts``), the episode and
+    the recording (the source's URI)."""
     failed = [s for s in dbos.list_workflow_steps(workflow_id) if s["error"] is not None]
     step = str(failed[-1]["function_name"]) if failed else ""
-    return {"step": step, "error": type(error).__name__, "message": str(error)}
+    message = str(error)
+    if isinstance(error, DBOSMaxStepRetriesExceeded) and error.errors:
+        message = f"{error.errors[-1]} (after {len(error.errors)} attempts)"
+        error = error.errors[-1]
+    return {
+        "step": step,
+        "error": type(error).__name__,
+        "message": message,
+        "episode": workflow_id.partition(":")[2],
+        "recording": job[0].source.uri if job else "",
+    }
 
 
 def wait_run(dsn: str, run_id: str, timeout_s: float, poll_s: float = 0.5) -> RunState:

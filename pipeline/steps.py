@@ -63,7 +63,7 @@ def fetch(job: Job, paths: WorkerPaths, workflow_id: str) -> str:
     if source.kind == SYNTH:
         return source.uri
     if source.kind == CONTAINER and not source.uri.startswith(("file://", "s3://")):
-        raise SourceError("container neither local nor in S3", file=source.uri)
+        raise SourceError("container neither local nor in S3", file=source.uri, retryable=False)
     target = paths.folder(workflow_id) / "source.mcap"
     return str(objects.local_copy(source.uri, source.sha256, target, paths.storage_options))
 

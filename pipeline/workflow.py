@@ -1,24 +1,31 @@
 """The recording workflow on DBOS Transact: one durable workflow per (run, episode), its
 steps recorded in DBOS's system database, so a worker killed mid-step resumes (on its
 restart, or on another worker's recovery) at that step, with the finished steps' outputs
-read back instead of redone.
+read back instead of redone. A step that fails for a passing reason is tried again with
+back-off (:func:`_step`, the worker's :class:`~pipeline.job.StepRetry`); a terminal failure
+ends the workflow at once (``ERROR``, the step and error kept), and its batch goes on.
 
-The functions are registered with DBOS at import (its decorators); the worker's context
-(where it writes, the operational database) is set by :func:`pipeline.worker.run_worker`
-before DBOS launches.
+The workflows are registered with DBOS at import (its decorators); the steps run through
+``DBOS.run_step`` with the retry policy of the worker's context (where it writes, the
+operational database, the retries), set by :func:`pipeline.worker.run_worker` before DBOS
+launches.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
-from dbos import DBOS, SetWorkflowID
+from dbos import DBOS, SetWorkflowID, StepOptions
 
 from . import steps
+from .errors import PipelineError, is_retryable
 from .job import FROM_CONTAINER, Job, WorkerContext
+
+R = TypeVar("R")
 
 #: The queue every recording's workflow is enqueued on; workers dequeue from it.
 QUEUE_NAME = "quarry-ingest"
@@ -29,6 +36,9 @@ BATCH_WORKFLOW_NAME = "process_batch"
 #: DBOS application name and version shared by workers and the enqueuing client.
 APP_NAME = "quarry"
 APP_VERSION = "quarry-pipeline-1"
+#: The register step's recorded name in profiles metadata and relabel (``register`` in the
+#: profiles' step lists: :data:`pipeline.job.PROFILES`).
+REGISTER_METADATA = "register-metadata"
 
 
 _context: WorkerContext | None = None
@@ -41,6 +51,8 @@ def set_context(context: WorkerContext) -> None:
 
 
 _local = threading.local()
+#: ``application_name`` of the steps' connections (``pg_stat_activity`` tells them apart).
+STEPS_APPLICATION = "quarry-pipeline-steps"
 
 
 def _connection() -> psycopg.Connection[Any]:
@@ -50,7 +62,7 @@ def _connection() -> psycopg.Connection[Any]:
     found closed or broken (the database restarted) is opened again."""
     conn: psycopg.Connection[Any] | None = getattr(_local, "conn", None)
     if conn is None or conn.closed or conn.broken:
-        conn = psycopg.connect(_ctx().dsn, autocommit=True)
+        conn = psycopg.connect(_ctx().dsn, autocommit=True, application_name=STEPS_APPLICATION)
         _local.conn = conn
     return conn
 
@@ -62,8 +74,9 @@ def _ctx() -> WorkerContext:
 
 
 def _enter(step: str) -> WorkerContext:
-    """Log the step's start (``steps.log`` in the workflow's folder) and wait at the pause
-    point while its file exists (an operator's or a test's handle on a run mid-step)."""
+    """Log the step's start (``steps.log`` in the workflow's folder, one line per attempt),
+    wait at the pause point while its file exists (an operator's or a test's handle on a run
+    mid-step), and fail while the failure file exists (``quarry worker --fail-before``)."""
     ctx = _ctx()
     workflow_id = DBOS.workflow_id or "none"
     folder = ctx.paths.folder(workflow_id)
@@ -73,40 +86,52 @@ def _enter(step: str) -> WorkerContext:
         (folder / f"paused-{step}").touch()
         while ctx.pause_file.exists():
             time.sleep(0.05)
+    if step == ctx.fail_before and ctx.fail_file is not None and ctx.fail_file.exists():
+        retryable = ctx.fail_file.read_text().strip() == "retryable"
+        raise PipelineError("injected failure", retryable=retryable, step=step)
     return ctx
 
 
-@DBOS.step(name="fetch")
-def fetch_step(job: Job) -> str:
+def _step(name: str, func: Callable[..., R], *args: Any) -> R:
+    """Run ``func(*args)`` as the DBOS step ``name``: recorded when it returns or fails; a
+    retryable failure (:func:`pipeline.errors.is_retryable`) tried again with the worker's
+    back-off, a terminal one recorded at once."""
+    retry = _ctx().retry
+    options: StepOptions = {
+        "name": name,
+        "retries_allowed": retry.attempts > 1,
+        "max_attempts": retry.attempts,
+        "interval_seconds": retry.interval_s,
+        "backoff_rate": retry.backoff,
+        "should_retry": is_retryable,
+    }
+    return DBOS.run_step(options, func, *args)
+
+
+def _fetch(job: Job) -> str:
     ctx = _enter("fetch")
     return steps.fetch(job, ctx.paths, _wid())
 
 
-@DBOS.step(name="decode")
-def decode_step(job: Job, source_path: str) -> str:
+def _decode(job: Job, source_path: str) -> str:
     ctx = _enter("decode")
     source_path = steps.source_here(job, ctx.paths, _wid(), source_path)
     return steps.decode(job, ctx.paths, _wid(), source_path)
 
 
-@DBOS.step(name="transform")
-def transform_step(job: Job, decoded: str) -> str:
+def _transform(job: Job, decoded: str) -> str:
     ctx = _enter("transform")
     decoded = steps.decoded_here(job, ctx.paths, _wid(), decoded)
     return steps.transform(job, ctx.paths, _wid(), decoded)
 
 
-@DBOS.step(name="encode")
-def encode_step(job: Job, transformed: str) -> dict[str, Any]:
+def _encode(job: Job, transformed: str) -> dict[str, Any]:
     ctx = _enter("encode")
     transformed = steps.episode_here(job, ctx.paths, _wid(), transformed)
     return steps.encode(job, ctx.paths, transformed)
 
 
-@DBOS.step(name="qc")
-def qc_step(
-    container: dict[str, Any], transformed: str | None, job: Job | None = None
-) -> dict[str, Any]:
+def _qc(container: dict[str, Any], transformed: str | None, job: Job | None) -> dict[str, Any]:
     ctx = _enter("qc")
     store = ctx.paths.storage_options
     if transformed is not None:
@@ -116,20 +141,17 @@ def qc_step(
     return steps.qc(container, None, _connection(), store)
 
 
-@DBOS.step(name="stats")
-def stats_step(container: dict[str, Any]) -> list[Any]:
+def _stats(container: dict[str, Any]) -> list[Any]:
     ctx = _enter("stats")
     return steps.stats(container, ctx.paths.storage_options)
 
 
-@DBOS.step(name="enrich")
-def enrich_step(container: dict[str, Any]) -> list[tuple[str, str, int | None, int | None]]:
+def _enrich(container: dict[str, Any]) -> list[tuple[str, str, int | None, int | None]]:
     ctx = _enter("enrich")
     return steps.enrich(container, ctx.paths.storage_options)
 
 
-@DBOS.step(name="register", retries_allowed=True, max_attempts=5)
-def register_step(
+def _register(
     job: Job,
     container: dict[str, Any],
     quality: dict[str, Any],
@@ -141,8 +163,7 @@ def register_step(
     return steps.register(_connection(), job, container, quality, dims, labels, store)
 
 
-@DBOS.step(name="register-metadata", retries_allowed=True, max_attempts=5)
-def update_step(
+def _update(
     job: Job,
     quality: dict[str, Any] | None,
     dims: list[Any] | None,
@@ -159,26 +180,26 @@ def process_recording(data: dict[str, Any]) -> dict[str, Any]:
     job = Job.from_dict(data)
     if job.profile in FROM_CONTAINER:
         return _from_container(job)
-    source_path = fetch_step(job)
-    decoded = decode_step(job, source_path)
-    transformed = transform_step(job, decoded)
-    container = encode_step(job, transformed)
-    quality = qc_step(container, transformed, job)
-    dims = stats_step(container)
-    labels = enrich_step(container)
-    changed = register_step(job, container, quality, dims, labels)
+    source_path = _step("fetch", _fetch, job)
+    decoded = _step("decode", _decode, job, source_path)
+    transformed = _step("transform", _transform, job, decoded)
+    container = _step("encode", _encode, job, transformed)
+    quality = _step("qc", _qc, container, transformed, job)
+    dims = _step("stats", _stats, container)
+    labels = _step("enrich", _enrich, container)
+    changed = _step("register", _register, job, container, quality, dims, labels)
     return {**container, "episode_id": job.source.episode_id, "changed": changed}
 
 
 def _from_container(job: Job) -> dict[str, Any]:
-    fetch_step(job)
+    _step("fetch", _fetch, job)
     container = steps.container_of(job)
     quality = dims = None
     if job.profile == "metadata":
-        quality = qc_step(container, None)
-        dims = stats_step(container)
-    labels = enrich_step(container)
-    changed = update_step(job, quality, dims, labels)
+        quality = _step("qc", _qc, container, None, None)
+        dims = _step("stats", _stats, container)
+    labels = _step("enrich", _enrich, container)
+    changed = _step(REGISTER_METADATA, _update, job, quality, dims, labels)
     return {**container, "episode_id": job.source.episode_id, "changed": changed}
 
 

@@ -82,7 +82,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.state.tokens = TokenCache(
         context.connect, settings.service.token_cache_s, jwt=_jwt_issuer(settings)
     )
-    app.state.metrics = ServiceMetrics(context.cdc_liveness)
+    app.state.metrics = ServiceMetrics(context.cdc_liveness, context.pipeline_totals)
     app.state.health_threads = anyio.CapacityLimiter(4)
     app.add_middleware(
         BodyLimitMiddleware, max_bytes=settings.service.max_body_bytes, limits=_BODY_LIMITS

@@ -14,6 +14,7 @@ import psycopg
 
 from cdc.liveness import Liveness, read_liveness, unreadable
 from manifests.objects import ManifestPlace
+from pipeline.progress import RunTotals, pipeline_totals
 from service.manifest_files import manifest_place
 from service.settings import ServiceSettings
 from warehouse.backends import open_warehouse
@@ -99,6 +100,11 @@ class ServiceContext:
                 return read_liveness(own, slot)
         except psycopg.Error as error:
             return unreadable(slot, error)
+
+    def pipeline_totals(self) -> list[RunTotals]:
+        """Every pipeline run's totals (``/metrics``), read on a connection of its own."""
+        with self.connect() as conn:
+            return pipeline_totals(conn)
 
     def _cdc_slot(self) -> str | None:
         """The slot of the warehouse's position, remembered for ``SLOT_CACHE_S``."""

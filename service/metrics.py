@@ -3,7 +3,7 @@
 Each app has its own registry (tests build several apps in one process): request latency per
 route template, requests in flight, outcomes of curations and SQL queries, the CDC writer's
 liveness and figures (judged from Postgres at every scrape, see ``cdc/metrics.py``) and the
-process's own CPU and memory.
+process's own CPU and memory, and the ingest pipeline's progress (``service/pipeline_metrics.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cdc.liveness import Liveness
 from cdc.metrics import LivenessCollector
+from pipeline.progress import RunTotals
+from service.pipeline_metrics import PipelineCollector
 
 # Seconds; curations may legitimately run up to their timeout (30 s by default).
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -35,9 +37,14 @@ _OUTCOMES = {400: "refused", 408: "timeout", 409: "stale", 413: "too_large", 422
 
 class ServiceMetrics:
     """The metrics of one app; :meth:`render` is the ``/metrics`` body. ``cdc_liveness``
-    judges the CDC writer at each scrape (it never raises)."""
+    judges the CDC writer at each scrape (it never raises); ``pipeline`` reads the ingest
+    pipeline's totals (``service/pipeline_metrics.py``; an error is reported, not raised)."""
 
-    def __init__(self, cdc_liveness: Callable[[], Liveness]) -> None:
+    def __init__(
+        self,
+        cdc_liveness: Callable[[], Liveness],
+        pipeline: Callable[[], list[RunTotals]] | None = None,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.latency = Histogram(
             "quarry_http_request_duration_seconds",
@@ -59,6 +66,8 @@ class ServiceMetrics:
             registry=self.registry,
         )
         self.registry.register(LivenessCollector(cdc_liveness))
+        if pipeline is not None:
+            self.registry.register(PipelineCollector(pipeline))
         ProcessCollector(registry=self.registry)
 
     def render(self) -> bytes:

@@ -197,9 +197,11 @@ def take(settings: Settings, path: Path, mapping: Mapping, version: int) -> dict
 def _enqueue(dsn: str, job: Job) -> bool:
     """Enqueue the recording's one-job batch; ``False`` when its run was enqueued before
     (DBOS would attach to it anyway: the check only tells the two apart)."""
+    import psycopg
     from dbos import EnqueueOptions
 
-    from pipeline.runs import batch_id, client
+    from pipeline.progress import record_run
+    from pipeline.runs import batch_id, client, run_record
     from pipeline.workflow import APP_VERSION, BATCH_WORKFLOW_NAME, QUEUE_NAME
 
     dbos = client(dsn)
@@ -207,6 +209,8 @@ def _enqueue(dsn: str, job: Job) -> bool:
         workflow_id = batch_id(job.run_id, 0)
         if dbos.list_workflows(workflow_ids=[workflow_id], load_input=False, load_output=False):
             return False
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            record_run(conn, run_record([[job]], {"watch": job.source.uri}))
         options: EnqueueOptions = {
             "workflow_name": BATCH_WORKFLOW_NAME,
             "queue_name": QUEUE_NAME,

@@ -1,5 +1,6 @@
-"""``quarry pipeline run|show`` (enqueue a run, follow it) and ``quarry worker`` (run the
-recordings' workflows): ingestion as DBOS durable workflows (docs/pipeline.md)."""
+"""``quarry pipeline run`` (enqueue a run; ``runs``, ``show``, ``replay`` and ``cancel`` are
+in ``_pipeline_ops``) and ``quarry worker`` (run the recordings' workflows): ingestion as DBOS
+durable workflows (docs/pipeline.md)."""
 
 from __future__ import annotations
 
@@ -117,8 +118,18 @@ def run(
                 if not episode_ids:
                     raise BadInputError(f"no live episode matches --where {predicate!r}")
             jobs = _reprocess_jobs(dsn, episode_ids, run_id, pipeline_version, bool(paths), profile)
+        selection = {
+            "paths": [str(p.resolve()) for p in paths],
+            "episodes": list(episode_ids),
+            "where": predicate,
+            "labels": str(results_file.resolve()) if results_file else None,
+        }
         workflows = enqueue_run(
-            dsn, jobs, settings.pipeline.batch_episodes, settings.pipeline.fixed_cost
+            dsn,
+            jobs,
+            settings.pipeline.batch_episodes,
+            settings.pipeline.fixed_cost,
+            {k: v for k, v in selection.items() if v},
         )
     except (EpisodeError, PipelineError) as error:
         raise _cli_error(error) from error
@@ -126,20 +137,6 @@ def run(
         emit({"run_id": run_id, "workflows": workflows}, as_json, run_id)
         return
     _report(wait_run(dsn, run_id, timeout), as_json)
-
-
-@pipeline.command()
-@STATE_DIR
-@JSON
-@click.argument("run_id")
-def show(state_dir: Path | None, as_json: bool, run_id: str) -> None:
-    """A run's workflows by status."""
-    from pipeline.runs import run_state  # loads DBOS: only here
-
-    state = run_state(build_settings(state_dir).operational_dsn(), run_id)
-    if not state.statuses:
-        raise BadInputError(f"no run {run_id!r}")
-    _report(state, as_json, fail=False)
 
 
 @click.command()
@@ -157,8 +154,20 @@ def show(state_dir: Path | None, as_json: bool, run_id: str) -> None:
     help="Debugging: wait at the start of this step while --pause-file exists.",
 )
 @click.option("--pause-file", type=click.Path(path_type=Path), help="See --pause-before.")
+@click.option(
+    "--fail-before",
+    type=click.Choice(STEPS),
+    help="Debugging: this step fails at its start while --fail-file exists (a terminal "
+    "error, the recording parks; a retryable one when the file says `retryable`).",
+)
+@click.option("--fail-file", type=click.Path(path_type=Path), help="See --fail-before.")
 def worker(
-    state_dir: Path | None, executor_id: str, pause_before: str | None, pause_file: Path | None
+    state_dir: Path | None,
+    executor_id: str,
+    pause_before: str | None,
+    pause_file: Path | None,
+    fail_before: str | None,
+    fail_file: Path | None,
 ) -> None:
     """Run the ingest pipeline's workflows until SIGTERM; on start, resume the workflows this
     executor left unfinished at the step each was in."""
@@ -173,7 +182,15 @@ def worker(
         section.objects_url,
         storage_options(section.s3) if section.objects_url else {},
     )
-    context = WorkerContext(paths, settings.operational_dsn(), pause_before, pause_file)
+    context = WorkerContext(
+        paths,
+        settings.operational_dsn(),
+        pause_before,
+        pause_file,
+        section.step_retry(),
+        fail_before,
+        fail_file,
+    )
     run_worker(context, executor_id, settings.pipeline)
 
 
@@ -283,8 +300,10 @@ def _report(state: Any, as_json: bool, fail: bool = True) -> None:
 
 
 def register(group: click.Group) -> None:
+    from quarry.commands._pipeline_ops import cancel, replay, runs, show
     from quarry.commands._pipeline_watch import watch
 
-    pipeline.add_command(watch)
+    for command in (runs, show, replay, cancel, watch):
+        pipeline.add_command(command)
     group.add_command(pipeline)
     group.add_command(worker)
