@@ -62,7 +62,7 @@ class PipelineConfig(BaseModel):
         "workflow states) wait for the WAL flush at commit; off by default: a killed worker "
         "loses none, a crash of the database server at most the last fraction of a second's, "
         "whose steps then run again (each registration commits synchronously, and a "
-        'registration done twice changes nothing; docs/pipeline.md, "Durability")',
+        'registration done twice changes nothing; docs/pipeline.md, "What durability costs")',
     )
     polling_interval_s: float = Field(
         default=0.2, gt=0, description="how often an idle worker polls the queue, seconds"
