@@ -18,6 +18,7 @@ SLOT = "test_slot"
 KEYS: dict[str, tuple[str, ...]] = {
     "episode_quality_flags": ("episode_id", "flag"),
     "episode_stats": ("episode_id", "field", "dim"),
+    "episode_evaluations": ("checkpoint_id", "episode_id"),
     "manifest_episodes": ("manifest_id", "episode_id"),
     "sites": ("name",),
 }

@@ -8,7 +8,9 @@ both from plain MergeTree tables (see docs/warehouse.md, "ClickHouse"):
   writing its row in ``<db>_meta.commits`` with the CDC position it reaches;
 - the mirrored tables keep every version of a row. A read at snapshot S sees, per key, the
   newest ``(_lsn, _seq)`` among versions with ``_commit <= S``: the curation views are
-  parameterized views that the reader pins (``episodes(snapshot = S)``). A write is atomic for
+  parameterized views that the reader pins (``episodes(snapshot = S)``), each the versions
+  minus those its table's superseded list hides by S (:mod:`warehouse.clickhouse.superseded`,
+  written in the commit that supersedes them). A write is atomic for
   readers (its rows are invisible until its commit row exists), and a rebuild at S reads what
   the first build read, until maintenance expires S;
 - a version is inserted only when it is newer than the stored newest of its key (the LSN
@@ -62,6 +64,7 @@ from warehouse.clickhouse.schema import (
     create_table_statement,
     view_tables,
 )
+from warehouse.clickhouse.superseded import list_name, listed_tables, record_statement
 from warehouse.config import ClickHouseConfig
 from warehouse.errors import QueryError
 from warehouse.rows import KEEP, snapshot_rows
@@ -89,6 +92,7 @@ class ClickHouseWarehouse(Warehouse):
         self._lineage = ClickHouseLineage(config, self._names)
         self._repaired = False
         self._tables: dict[str, MirrorTable] | None = None
+        self._listed: frozenset[str] | None = None
         self._views: tuple[int, dict[str, frozenset[str]]] | None = None
         self._lock = threading.RLock()
 
@@ -127,6 +131,7 @@ class ClickHouseWarehouse(Warehouse):
             self._writer = None
         self._repaired = False
         self._tables = None
+        self._listed = None
 
     def _commit(
         self, client: Client, snapshot: int, position: str | None, author: str, message: str
@@ -143,6 +148,7 @@ class ClickHouseWarehouse(Warehouse):
                 message = f"bootstrap: {', '.join(applied)}"
                 self._commit(client, snapshot, position, SCHEMA_AUTHOR, message)
         self._tables = None
+        self._listed = None
         self._views = None
 
     def _mirror_tables(self, client: Client) -> dict[str, MirrorTable]:
@@ -209,6 +215,7 @@ class ClickHouseWarehouse(Warehouse):
                     truncated = True
                 if self._wrote(client, name, snapshot):
                     changed.add(name)
+                    self._record_superseded(client, table, snapshot)
             record_changes(client, self._names, snapshot, changed)
             changes = sum(rows.changes for rows in batch.tables)
             message = f"cdc batch: {changes} changes"
@@ -287,10 +294,24 @@ class ClickHouseWarehouse(Warehouse):
                 client.command(tombstone_statement(self._target(name), known[name].key), parameters)
             update_tables(client, self._names, snapshot, tables, loaded_lsn=lsn)
             loaded = {name for name in {*tables, *written} if self._wrote(client, name, snapshot)}
+            # A table that was empty holds one version per key now: nothing to list.
+            for name in sorted(loaded - empty):
+                self._record_superseded(client, known[name], snapshot)
             record_changes(client, self._names, snapshot, loaded)
             message = f"snapshot of {len(tables)} tables at {lsn}"
             self._commit(client, snapshot, position.to_json(), CDC_AUTHOR, message)
             return snapshot
+
+    def _record_superseded(self, client: Client, table: MirrorTable, snapshot: int) -> None:
+        """List the versions of ``table`` that commit ``snapshot`` superseded (see
+        :mod:`warehouse.clickhouse.superseded`), if the table has a list."""
+        if self._listed is None:
+            self._listed = listed_tables(client, self._names)
+        if table.name not in self._listed:
+            return
+        listing = self._names.ident(self._names.meta, list_name(table.name))
+        statement = record_statement(self._target(table.name), listing, table.key)
+        client.command(statement, {"commit": snapshot})
 
     def _is_empty(self, client: Client, name: str) -> bool:
         return not client.query(f"SELECT 1 FROM {self._target(name)} LIMIT 1").result_rows

@@ -7,7 +7,10 @@ are expired (their ``commits`` row deleted, so a pinned read of them fails). Wit
 oldest kept snapshot, a version is deleted when a newer version of its key was committed at
 or before ``H`` (no kept snapshot can see it), and a tombstone when it was committed before
 ``H`` (as on DuckLake, an older replay arriving later could then revive its row; replays do
-not reach back that far). ClickHouse merges parts in the background by itself.
+not reach back that far). ClickHouse merges parts in the background by itself. The entries
+of the purged versions in the tables' superseded lists (:mod:`warehouse.clickhouse.superseded`)
+go after the versions: a crash in between leaves entries of versions that no longer exist,
+which hide nothing and go in the next run (the other order could revive a version).
 
 Each mirrored table's current data version is never expired either (a curation pins the
 data version of the tables it reads; see :func:`table_versions`), but it does not hold back
@@ -30,6 +33,7 @@ from clickhouse_connect.driver.client import Client
 from warehouse.base import MaintenanceReport, MirrorTable
 from warehouse.clickhouse.meta import SCHEMA_CHANGE
 from warehouse.clickhouse.schema import Databases, quote
+from warehouse.clickhouse.superseded import list_name, listed_tables, orphans_statement
 
 
 def maintain_clickhouse(
@@ -60,6 +64,10 @@ def maintain_clickhouse(
     protected |= versions
     expired = sorted(existing - keep - versions)
     purged = sum(_purge(client, names, table, horizon) for table in tables)
+    listed = listed_tables(client, names)
+    for table in tables:
+        if table.name in listed:
+            _purge_list(client, names, table)
     if expired:
         client.command(
             f"DELETE FROM {commits} WHERE has({{e:Array(UInt64)}}, snapshot)", {"e": expired}
@@ -125,6 +133,13 @@ def doomed_statement(target: str, key: Sequence[str]) -> str:
         "WHERE _commit <= {h:UInt64}) "
         "WHERE (_lsn, _seq) < _top OR (_deleted AND _commit < {h:UInt64})"
     )
+
+
+def _purge_list(client: Client, names: Databases, table: MirrorTable) -> None:
+    """Delete the superseded-list entries of one table's versions that were purged."""
+    listing = names.ident(names.meta, list_name(table.name))
+    if int(client.query(f"SELECT count() FROM {listing}").result_rows[0][0]):
+        client.command(orphans_statement(names.ident(names.mirror, table.name), listing, table.key))
 
 
 def _purge(client: Client, names: Databases, table: MirrorTable, horizon: int) -> int:
