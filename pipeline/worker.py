@@ -46,6 +46,7 @@ def launch(
     """Start DBOS in this process for ``context`` (recovering ``executor_id``'s workflows),
     the queue's limits ``limits``'s."""
     workflow.set_context(context)
+    limits = limits or PipelineConfig()
     config: DBOSConfig = {
         "name": APP_NAME,
         "application_version": APP_VERSION,
@@ -53,16 +54,14 @@ def launch(
         "system_database_url": system_url(context.dsn),
         "dbos_system_schema": SYSTEM_SCHEMA,
         "notification_coalesce_sec": NOTIFY_COALESCE_S,
-        "db_engine_kwargs": engine_options(
-            context.dsn, (limits or PipelineConfig()).synchronous_step_records
-        ),
+        "db_engine_kwargs": engine_options(context.dsn, limits.synchronous_step_records),
     }
     DBOS(config=config)
     DBOS.launch()
     # One batch at a time per worker process (by default): a step's encoder and decoder are
     # the process's CPU; more workers (processes, machines) take from the same queue. The
     # limiter staggers batch starts across workers (docs/pipeline.md, "Batches").
-    DBOS.register_queue(QUEUE_NAME, **(limits or PipelineConfig()).queue_options())
+    DBOS.register_queue(QUEUE_NAME, **limits.queue_options())
 
 
 def run_worker(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from episodes.synth import FleetConfig
+from tests.episodes.foreign_files import ROS2_MAPPING, source_episode, write_ros2
 from tests.fixtures.postgres import pg_conn, pg_dsn, postgres
 
 __all__ = ["pg_conn", "pg_dsn", "postgres"]
@@ -88,3 +90,16 @@ def wait_for(path: Path, timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} did not appear within {timeout_s} s")
         time.sleep(0.05)
+
+
+def good_and_damaged(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """A folder of two ROS 2 recordings, one whole and one cut to a third (no footer), and
+    their mapping file: (folder, good, bad, mapping)."""
+    folder = tmp_path / "recordings"
+    folder.mkdir()
+    good = write_ros2(folder / "good.mcap", source_episode(seed=2))
+    bad = folder / "bad.mcap"
+    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])  # cut: no footer
+    mapping = tmp_path / "ros2.json"
+    mapping.write_text(json.dumps(ROS2_MAPPING))
+    return folder, good, bad, mapping

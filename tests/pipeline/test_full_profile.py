@@ -11,21 +11,14 @@ from typing import Any
 import psycopg
 
 from episodes.foreign import file_sha256, recording_id
-from tests.episodes.foreign_files import ROS2_MAPPING, source_episode, write_ros2
 
-from .conftest import Stack
+from .conftest import Stack, good_and_damaged
 
 
 def test_full_profile_lands_and_registers_and_parks_a_bad_recording(
     stack: Stack, pg_conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    folder = tmp_path / "recordings"
-    folder.mkdir()
-    good = write_ros2(folder / "good.mcap", source_episode(seed=2))
-    bad = folder / "bad.mcap"
-    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])  # cut: no footer
-    mapping = tmp_path / "ros2.json"
-    mapping.write_text(json.dumps(ROS2_MAPPING))
+    folder, good, bad, mapping = good_and_damaged(tmp_path)
     stack.start_worker()
     args = ("pipeline", "run", "--profile", "full", str(folder), "--mapping", str(mapping))
     args += ("--robot", "r9")

@@ -27,10 +27,9 @@ from pipeline.runs import wait_run
 from pipeline.workflow import STEPS_APPLICATION
 from quarry.settings import Settings
 from service.app import create_app
-from tests.episodes.foreign_files import ROS2_MAPPING, source_episode, write_ros2
 from tests.fixtures.serving import served
 
-from .conftest import TINY, Stack, wait_for
+from .conftest import TINY, Stack, good_and_damaged, wait_for
 
 FAST_RETRY = {"QUARRY_PIPELINE__RETRY_INTERVAL_S": "0.2", "QUARRY_PIPELINE__STEP_ATTEMPTS": "3"}
 RETRIED = "automatically retried"
@@ -59,13 +58,7 @@ def worker_log(stack: Stack) -> str:
 def test_a_damaged_recording_parks_and_the_run_reports_it(
     stack: Stack, pg_conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    folder = tmp_path / "recordings"
-    folder.mkdir()
-    good = write_ros2(folder / "good.mcap", source_episode(seed=2))
-    bad = folder / "bad.mcap"
-    bad.write_bytes(good.read_bytes()[: good.stat().st_size // 3])  # cut: no footer
-    mapping = tmp_path / "ros2.json"
-    mapping.write_text(json.dumps(ROS2_MAPPING))
+    folder, good, bad, mapping = good_and_damaged(tmp_path)
     stack.env |= FAST_RETRY
     stack.start_worker()
     args = ("pipeline", "run", "--profile", "full", str(folder), "--mapping", str(mapping))
