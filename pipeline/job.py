@@ -70,7 +70,8 @@ class WorkerPaths:
     storage_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def folder(self, workflow_id: str) -> Path:
-        """The step files of one workflow (deleted once it registered)."""
+        """The step files of one workflow (the bulky ones removed once it registered:
+        :func:`pipeline.steps.clean`; its ``steps.log`` kept)."""
         path = self.work / workflow_id.replace(":", "_")
         path.mkdir(parents=True, exist_ok=True)
         return path

@@ -286,6 +286,22 @@ def _reader(container: dict[str, Any], store: dict[str, Any] | None) -> EpisodeR
     return EpisodeReader(io.BytesIO(data), name=container["uri"])
 
 
+#: A workflow folder's step files: the bulky intermediates, removed once the episode
+#: registered (:func:`clean`); ``steps.log`` stays.
+STEP_FILES = ("source.mcap", "decoded.pkl", "episode.pkl")
+
+
+def clean(paths: WorkerPaths, workflow_id: str) -> None:
+    """Remove the workflow's step files once its episode registered: decoded streams are
+    raw frames, tens to hundreds of MB a recording, and a backfill runs millions. A step
+    redone later (``quarry pipeline replay``) makes its input again from the source
+    (:func:`decoded_here`, :func:`episode_here`). Idempotent: a workflow recovered after
+    this ran runs it again."""
+    folder = paths.folder(workflow_id)
+    for name in STEP_FILES:
+        (folder / name).unlink(missing_ok=True)
+
+
 def _dump(path: Path, data: object) -> str:
     write_atomic(path, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
     return str(path)

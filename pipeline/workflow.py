@@ -188,6 +188,7 @@ def process_recording(data: dict[str, Any]) -> dict[str, Any]:
     dims = _step("stats", _stats, container)
     labels = _step("enrich", _enrich, container)
     changed = _step("register", _register, job, container, quality, dims, labels)
+    steps.clean(_ctx().paths, _wid())
     return {**container, "episode_id": job.source.episode_id, "changed": changed}
 
 
@@ -200,6 +201,7 @@ def _from_container(job: Job) -> dict[str, Any]:
         dims = _step("stats", _stats, container)
     labels = _step("enrich", _enrich, container)
     changed = _step(REGISTER_METADATA, _update, job, quality, dims, labels)
+    steps.clean(_ctx().paths, _wid())
     return {**container, "episode_id": job.source.episode_id, "changed": changed}
 
 

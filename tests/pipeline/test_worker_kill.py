@@ -46,6 +46,7 @@ def test_killed_worker_resumes_at_its_step(stack: Stack, pg_conn: psycopg.Connec
     worker.send_signal(signal.SIGKILL)
     worker.wait(timeout=10)
     assert steps_run(first) == ["fetch", "decode", "transform", "encode"]
+    assert {"decoded.pkl", "episode.pkl"} <= {p.name for p in first.iterdir()}
 
     pause.unlink()
     stack.start_worker()
@@ -54,6 +55,10 @@ def test_killed_worker_resumes_at_its_step(stack: Stack, pg_conn: psycopg.Connec
     # The killed step ran again, from its start; the finished ones were read back.
     assert steps_run(first) == ["fetch", "decode", "transform", "encode", *STEPS[3:]]
     assert steps_run(stack.work / f"{run_id}_{ids[1]}") == list(STEPS)
+    # Registered: the bulky step files are gone, the log and the pause marker stay.
+    for eid in ids:
+        left = {p.name for p in (stack.work / f"{run_id}_{eid}").iterdir()}
+        assert left <= {"steps.log", "paused-encode"}, left
 
     rows = pg_conn.execute(
         "SELECT e.id::text, e.pipeline_version, e.uri, count(c.*),"
