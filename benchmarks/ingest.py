@@ -14,7 +14,8 @@ version of every episode):
 5. durable, two workers, the same number of batches cut in arrival order -> T2u;
    ``binpack_speedup`` = T2u / T2. The pinned arrival lands the long recordings last (a
    long-horizon task's recordings upload together, at the end), the case arrival order
-   handles worst: its last batch, the longest recordings, starts when the others are done.
+   handles worst: at the pinned one batch per worker, one worker gets the shorter half of
+   the recordings and the other the longer half.
    ``binpack_speedup_shuffled_model`` is the same ratio for a seeded shuffle of the arrival,
    modelled (``pipeline.packing.makespan``) from the per-recording times of pass 2;
 6. durable, one worker SIGKILLed once half the recordings registered, then restarted with
@@ -28,7 +29,9 @@ when the run is enqueued (workers already up, idle on the queue) and stops when 
 workflow finished. Prints one JSON line with the params, the figures, ``targets_met``, the
 load average and the cores.
 
-    python benchmarks/ingest.py [--small] [--episodes N] [--keep] [--async-commit]
+    python benchmarks/ingest.py [--small] [--episodes N] [--keep]
+        [--async-commit] [--poll-s S] [--frame WxH] [--duration-scale X]
+        [--batches-per-worker N]    (the last five: diagnosis, see --help)
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from episodes.foreign import file_sha256, land_recording, recording_id  # noqa: 
 from episodes.mapping import mapping_from_dict  # noqa: E402
 from episodes.synth import FleetConfig  # noqa: E402
 from pipeline import steps  # noqa: E402
+from pipeline.config import PipelineConfig  # noqa: E402
 from pipeline.engine import SYSTEM_SCHEMA, migrate_system  # noqa: E402
 from pipeline.job import STEPS, Job, WorkerPaths  # noqa: E402
 from pipeline.packing import in_order, makespan  # noqa: E402
@@ -79,22 +83,31 @@ FIXED_COST = 0.15
 
 #: Frame size of the recordings' cameras (width, height): what a recording's steps cost. The
 #: durable records are a fixed cost per step and per recording (docs/benchmarks.md), so the
-#: smaller the frames, the larger their share.
-FRAME = (192, 144)
+#: smaller the frames, the larger their share. QVGA, below a fleet's cameras (DROID stores
+#: 320x180 per camera, LeRobot's ALOHA sets 640x480); 192x144 until 2026-12-04.
+FRAME = (320, 240)
 FULL: dict[str, Any] = {
     "episodes": 48,
-    "batches_per_worker": 2,
+    # One batch per worker: the corpus split once over the workers, the case packing is
+    # for (with many batches per worker the queue's dispatch evens the loads out as well:
+    # the line's binpack_model_batches_per_worker). 2 until 2026-12-04.
+    "batches_per_worker": 1,
     "fixed_cost": FIXED_COST,
     "frame": FRAME,
 }
-SMALL: dict[str, Any] = {**FULL, "episodes": 32}
+SMALL: dict[str, Any] = {**FULL, "episodes": 24}
 #: The pinned skew: durations log-normal (median, sigma), clipped, seeded; long ones first.
+#: Robot episodes, not clips: the synthetic fleet's 10-20 s episodes sit in its middle, the
+#: long-horizon tail runs to a minute (mean about 11 s). Until 2026-12-04 the median was 3 s
+#: (clipped to 1.5-24 s), recordings of 0.2-4 s of processing, on which DBOS's fixed cost per
+#: recording (``benchmarks/dbos_records.py``: 45 ms on a quiet core, about 120 ms under load)
+#: was 15-20 % of the work; ``--duration-scale 0.375`` runs that workload again.
 SKEW: dict[str, Any] = {
     "distribution": "lognormal",
-    "median_s": 3.0,
+    "median_s": 8.0,
     "sigma": 0.9,
-    "min_s": 1.5,
-    "max_s": 24.0,
+    "min_s": 4.0,
+    "max_s": 64.0,
     "seed": 17,
     "arrival": "shortest first",
 }
@@ -331,6 +344,7 @@ def plain_recording(
     enter("register")
     changed = steps.register(conn, job, container, quality, dims, labels, store)
     enter("")
+    steps.clean(paths, wid)
     return changed
 
 
@@ -440,7 +454,7 @@ def met(figures: dict[str, Any]) -> dict[str, bool]:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--small", action="store_true", help="a quick run (a few minutes)")
-    parser.add_argument("--episodes", type=int, help="recordings (default 48, --small 32)")
+    parser.add_argument("--episodes", type=int, help="recordings (default 48, --small 24)")
     parser.add_argument("--keep", action="store_true", help="keep the temp folder")
     parser.add_argument(
         "--async-commit",
@@ -449,7 +463,11 @@ def parse_args() -> argparse.Namespace:
         "the disk), to see how much of durability_overhead is the commits' flushes",
     )
     parser.add_argument(
-        "--poll-s", type=float, default=0.1, help="the workers' queue polling interval, s"
+        "--poll-s",
+        type=float,
+        default=PipelineConfig().polling_interval_s,
+        help="the workers' queue polling interval, s (default: the setting's default, "
+        "pipeline.polling_interval_s)",
     )
     parser.add_argument(
         "--frame", help="diagnosis only: the cameras' frame size WxH instead of the pinned one"
@@ -460,6 +478,13 @@ def parse_args() -> argparse.Namespace:
         help="diagnosis only: the recordings' durations (the skew's median and clip bounds) "
         "times this factor, to see how the fixed durable cost per recording weighs on "
         "longer recordings (the line's params.skew shows what ran)",
+    )
+    parser.add_argument(
+        "--batches-per-worker",
+        type=int,
+        help="diagnosis only: batches per worker instead of the pinned 1 (the workload before "
+        "2026-12-04: --episodes 32 --frame 192x144 --duration-scale 0.375 "
+        "--batches-per-worker 2 --poll-s 0.1)",
     )
     parser.add_argument("--plain", type=Path, help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -476,11 +501,13 @@ def main() -> None:
     if args.frame:
         width, _, height = args.frame.partition("x")
         params["frame"] = (int(width), int(height))
+    if args.batches_per_worker:
+        params["batches_per_worker"] = args.batches_per_worker
     if args.duration_scale:
         for key in ("median_s", "min_s", "max_s"):
             SKEW[key] = round(float(SKEW[key]) * args.duration_scale, 3)
     n = int(params["episodes"])
-    # A backfill's layout: a few long-running batches per worker (pinned), so the packing,
+    # A backfill's layout: few long-running batches per worker (pinned), so the packing,
     # not the queue's dispatch of many small batches, evens the workers' loads.
     params["batches"] = 2 * int(params["batches_per_worker"])
     params["batch_episodes"] = math.ceil(n / params["batches"])
