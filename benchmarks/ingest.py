@@ -99,9 +99,10 @@ SMALL: dict[str, Any] = {**FULL, "episodes": 24}
 #: The pinned skew: durations log-normal (median, sigma), clipped, seeded; long ones first.
 #: Robot episodes, not clips: the synthetic fleet's 10-20 s episodes sit in its middle, the
 #: long-horizon tail runs to a minute (mean about 11 s). Until 2026-12-04 the median was 3 s
-#: (clipped to 1.5-24 s), recordings of 0.2-4 s of processing, on which DBOS's fixed cost per
-#: recording (``benchmarks/dbos_records.py``: 45 ms on a quiet core, about 120 ms under load)
-#: was 15-20 % of the work; ``--duration-scale 0.375`` runs that workload again.
+#: (clipped to 1.5-24 s), recordings of 0.1-1.4 s of processing at 192x144, on which DBOS's
+#: fixed cost per recording (about 45 ms on a quiet core, 120 ms under load:
+#: ``benchmarks/dbos_records.py``) and its background polls were about 15 % of the work;
+#: ``--batches-per-worker`` names the flags that run that workload again.
 SKEW: dict[str, Any] = {
     "distribution": "lognormal",
     "median_s": 8.0,
