@@ -55,6 +55,13 @@ IDLE_MIN_S = 1.0
 ENRICH_AUTHOR = "pipeline:enrich"
 
 
+#: A workflow folder's step files: a copy of a source in S3 (``fetch``), the decoded streams
+#: (``decode``), the episode (``transform``); the bulky intermediates, removed once the episode
+#: registered (:func:`clean`). ``steps.log`` stays.
+SOURCE_FILE, DECODED_FILE, EPISODE_FILE = "source.mcap", "decoded.pkl", "episode.pkl"
+STEP_FILES = (SOURCE_FILE, DECODED_FILE, EPISODE_FILE)
+
+
 def fetch(job: Job, paths: WorkerPaths, workflow_id: str) -> str:
     """The source's local path, checked against its recorded SHA-256 (a synthetic source
     has no file: its parameters are the source; one in S3 is copied into the workflow's
@@ -64,7 +71,7 @@ def fetch(job: Job, paths: WorkerPaths, workflow_id: str) -> str:
         return source.uri
     if source.kind == CONTAINER and not source.uri.startswith(("file://", "s3://")):
         raise SourceError("container neither local nor in S3", file=source.uri, retryable=False)
-    target = paths.folder(workflow_id) / "source.mcap"
+    target = paths.folder(workflow_id) / SOURCE_FILE
     return str(objects.local_copy(source.uri, source.sha256, target, paths.storage_options))
 
 
@@ -104,7 +111,7 @@ def decode(job: Job, paths: WorkerPaths, workflow_id: str, source_path: str) -> 
         data = decode_recording(Path(source_path), mapping, salvage=bool(options["salvage"]))
     else:
         raise PipelineError("unknown source kind", episode=job.source.episode_id)
-    return _dump(paths.folder(workflow_id) / "decoded.pkl", data)
+    return _dump(paths.folder(workflow_id) / DECODED_FILE, data)
 
 
 def transform(job: Job, paths: WorkerPaths, workflow_id: str, decoded: str) -> str:
@@ -123,7 +130,7 @@ def transform(job: Job, paths: WorkerPaths, workflow_id: str, decoded: str) -> s
     episode.stamps = _with_version(episode, job.pipeline_version)
     if episode.episode_id != job.source.episode_id:
         raise PipelineError("source gives another episode id", episode=job.source.episode_id)
-    return _dump(paths.folder(workflow_id) / "episode.pkl", (episode, extra_flags))
+    return _dump(paths.folder(workflow_id) / EPISODE_FILE, (episode, extra_flags))
 
 
 def encode(job: Job, paths: WorkerPaths, transformed: str) -> dict[str, Any]:
@@ -284,11 +291,6 @@ def _with_version(episode: EpisodeData, version: int) -> Any:
 def _reader(container: dict[str, Any], store: dict[str, Any] | None) -> EpisodeReader:
     data = objects.read(container["uri"], store or {})
     return EpisodeReader(io.BytesIO(data), name=container["uri"])
-
-
-#: A workflow folder's step files: the bulky intermediates, removed once the episode
-#: registered (:func:`clean`); ``steps.log`` stays.
-STEP_FILES = ("source.mcap", "decoded.pkl", "episode.pkl")
 
 
 def clean(paths: WorkerPaths, workflow_id: str) -> None:
