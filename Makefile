@@ -31,8 +31,15 @@ imports: $(STAMP)
 settings-doc: $(STAMP)
 	$(BIN)/python -m quarry.settings_doc
 
+# A pytest killed in native code leaves .pytest-fault.log (tests/fixtures/crashes.py): print
+# the test that was running and the crashing thread's stack, which end up far from the tail of
+# faulthandler's own dump.
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	@rm -f .pytest-fault.log
+	$(BIN)/pytest -q || { rc=$$?; if [ -s .pytest-fault.log ]; then \
+	  echo "pytest died (exit $$rc); the test that was running and the crashing thread:"; \
+	  awk 'NR == 1 || /^Fatal Python error/ { print; next } /^Current thread/ { p = 1 } \
+	    p && /^$$/ { p = 0 } p && !/\/(_pytest|pluggy)\// { print }' .pytest-fault.log; fi; exit $$rc; }
 
 test: lint typecheck imports unit
 

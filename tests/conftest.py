@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.stack",
     "tests.fixtures.clickhouse",
     "tests.fixtures.multihost",
+    "tests.fixtures.crashes",
 ]

@@ -79,12 +79,14 @@ class LakeReader:
 
     def fetch(self, sql: str, params: list[Any] | None = None) -> list[tuple[Any, ...]]:
         """Rows of a small internal query (catalog functions, the position table)."""
-        with self.cursor() as cur:
-            try:
+        try:
+            with self.cursor() as cur:
                 return cur.execute(sql, params).fetchall()
-            except duckdb.Error as error:
-                self._reset_if_broken(error)
-                raise WarehouseUnavailableError(f"warehouse read failed: {error}") from error
+        except duckdb.Error as error:
+            # Reset only once the cursor has closed: closing the database under an open
+            # cursor whose catalog connection broke can abort the process inside DuckDB.
+            self._reset_if_broken(error)
+            raise WarehouseUnavailableError(f"warehouse read failed: {error}") from error
 
     def query_arrow(
         self,
@@ -232,17 +234,21 @@ class LakeReader:
         cur.execute(sql)
         batches: list[pa.RecordBatch] = []
         rows = 0
-        reader = cur.to_arrow_reader(_BATCH_ROWS)
-        for batch in reader:
-            rows += batch.num_rows
-            if cap is not None and rows > cap:
-                raise RowLimitError(
-                    f"the query returned more than {cap} rows; add a LIMIT or a narrower filter",
-                    max_rows=cap,
-                    sql=sql,
-                )
-            batches.append(batch)
-        return pa.Table.from_batches(batches, schema=reader.schema)
+        # The stream is released here, before its cursor closes: a stream that outlives its
+        # cursor (kept alive by a raised error's traceback) would be released later, on a
+        # closed connection.
+        with cur.to_arrow_reader(_BATCH_ROWS) as reader:
+            for batch in reader:
+                rows += batch.num_rows
+                if cap is not None and rows > cap:
+                    raise RowLimitError(
+                        f"the query returned more than {cap} rows; add a LIMIT or a narrower "
+                        "filter",
+                        max_rows=cap,
+                        sql=sql,
+                    )
+                batches.append(batch)
+            return pa.Table.from_batches(batches, schema=reader.schema)
 
     def _reset_if_broken(self, error: duckdb.Error) -> None:
         if is_transient(error):
