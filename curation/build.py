@@ -40,7 +40,7 @@ from curation.registration import (
 from curation.render import render
 from episodes.errors import EpisodeError
 from episodes.spec import SampleSpec
-from manifests.build import ManifestInfo, build_manifest
+from manifests.build import ManifestInfo, prepare_table, write_prepared
 from manifests.meta import ManifestMeta
 from manifests.objects import ManifestPlace
 from manifests.schema import FORMAT_VERSION
@@ -238,8 +238,9 @@ def build_at(
     )
     if scope is not None:
         scope.check()
-    info = build_manifest(table, meta, out_dir)
-    return info, meta, lineage_rows(table)
+    prepared = prepare_table(table, meta)
+    info = write_prepared(prepared, out_dir)
+    return info, meta, lineage_rows(prepared)
 
 
 def _recorded_position(
@@ -307,10 +308,15 @@ def _query(
     ``allow_empty``: :class:`EmptyCurationError`."""
     probe = run_query(probe_query(checked), source, snapshot, limits, scope, internal=True)
     composed = compose(checked, probe.column_names, CARRY)
-    table = run_query(composed.tree, source, snapshot, limits, scope)
+    # In the manifest's order, which the engine sorts in parallel and the build then keeps
+    # (manifests.build.prepare_table checks it and sorts only rows that are not).
+    ordered = composed.tree.order_by(exp.column("episode_id"), exp.column("start_ns"))
+    table = run_query(ordered, source, snapshot, limits, scope)
     topics = composed.hidden["topics"]
     cameras = _cameras(table[topics])
-    ids = pa.table({"episode_id": pc.unique(table["episode_id"])})
+    # The statistics query reads these ids through IN: a sliced curation's repeated ids need
+    # no dedupe here (at 439k episodes `unique` cost 0.2 s).
+    ids = table.select(["episode_id"])
     table = table.drop_columns([topics])
     counts = spec.count_samples(
         table["start_ns"].to_numpy(zero_copy_only=False),

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import psycopg
 import pyarrow as pa
+import pyarrow.compute as pc
 import sqlglot
 from psycopg import sql
 from psycopg.rows import dict_row
@@ -55,9 +56,28 @@ class LineageStore(Protocol):
 
 
 def lineage_rows(table: pa.Table) -> pa.Table:
-    """A manifest table's lineage: each (episode id, container SHA-256) once, by episode id."""
-    pairs = table.select([EPISODE_ID, SHA256]).group_by([EPISODE_ID, SHA256]).aggregate([])
-    return pairs.sort_by([(EPISODE_ID, "ascending"), (SHA256, "ascending")])
+    """A manifest table's lineage: each (episode id, container SHA-256) once, by episode id.
+
+    A manifest's own rows are sorted by episode id (:func:`manifests.build.prepare_table`)
+    and hold one SHA-256 per episode, so dropping each row equal to the one before gives the
+    answer in one pass (at 439k episodes: a group-by and a sort took 0.5 s); any other table
+    is grouped and sorted."""
+    pairs = table.select([EPISODE_ID, SHA256]).combine_chunks()
+    if pairs.num_rows < 2:
+        return pairs
+    ids, shas = pairs[EPISODE_ID], pairs[SHA256]
+    head, tail = slice(0, pairs.num_rows - 1), slice(1, pairs.num_rows)
+    if pc.all(pc.less_equal(ids[head], ids[tail])).as_py():
+        changed = pc.or_(pc.not_equal(ids[tail], ids[head]), pc.not_equal(shas[tail], shas[head]))
+        kept = pairs.filter(pa.concat_arrays([pa.array([True]), changed.combine_chunks()]))
+        kept_ids = kept[EPISODE_ID]
+        if (
+            kept.num_rows < 2
+            or pc.all(pc.not_equal(kept_ids[1:], kept_ids[: kept.num_rows - 1])).as_py()
+        ):
+            return kept
+    grouped = pairs.group_by([EPISODE_ID, SHA256]).aggregate([])
+    return grouped.sort_by([(EPISODE_ID, "ascending"), (SHA256, "ascending")])
 
 
 def lock_key(manifest_id: str) -> int:

@@ -53,9 +53,9 @@ def prepare_table(table: pa.Table, meta: ManifestMeta) -> pa.Table:
 
     :raises ManifestSchemaError: the query result does not fit the manifest schema.
     """
-    table = normalize_table(table)
-    table = table.sort_by([(EPISODE_ID, "ascending"), (START_NS, "ascending")])
-    table = table.combine_chunks()
+    table = normalize_table(table).combine_chunks()
+    if not _in_manifest_order(table):  # a curation's rows come ordered: no sort to redo
+        table = table.sort_by([(EPISODE_ID, "ascending"), (START_NS, "ascending")])
     _check_unique_slices(table)
     counts = table[NUM_SAMPLES].to_numpy()
     ends = np.cumsum(counts, dtype=np.int64)
@@ -65,6 +65,18 @@ def prepare_table(table: pa.Table, meta: ManifestMeta) -> pa.Table:
     table = table.add_column(position, offset_field, offsets)
     schema = table.schema.with_metadata(meta.to_metadata())
     return table.cast(schema)
+
+
+def _in_manifest_order(table: pa.Table) -> bool:
+    """Whether the rows are already sorted by (``episode_id``, ``start_ns``): one pass, where
+    sorting 439k rows took 0.2-0.4 s."""
+    if table.num_rows < 2:
+        return True
+    head, tail = slice(0, table.num_rows - 1), slice(1, table.num_rows)
+    ids, starts = table[EPISODE_ID], table[START_NS]
+    before = pc.less(ids[head], ids[tail])
+    tied = pc.and_(pc.equal(ids[head], ids[tail]), pc.less_equal(starts[head], starts[tail]))
+    return bool(pc.all(pc.or_(before, tied)).as_py())
 
 
 def _check_unique_slices(table: pa.Table) -> None:
@@ -96,7 +108,19 @@ def build_manifest(
     """
     if batch_rows < 1:
         raise ManifestSchemaError(f"batch_rows must be positive, got {batch_rows}")
-    prepared = prepare_table(table, meta)
+    return write_prepared(prepare_table(table, meta), out_dir, batch_rows=batch_rows)
+
+
+def write_prepared(
+    prepared: pa.Table,
+    out_dir: str | os.PathLike[str],
+    *,
+    batch_rows: int = DEFAULT_BATCH_ROWS,
+) -> ManifestInfo:
+    """Write a table :func:`prepare_table` returned as a manifest, as :func:`build_manifest`
+    does (for a caller that uses the prepared rows too)."""
+    if batch_rows < 1:
+        raise ManifestSchemaError(f"batch_rows must be positive, got {batch_rows}")
     directory = Path(out_dir)
     options = ipc.IpcWriteOptions(compression=None, use_threads=False)
     try:
