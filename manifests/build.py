@@ -106,8 +106,6 @@ def build_manifest(
     :raises ManifestSchemaError: the query result does not fit the manifest schema.
     :raises ManifestIOError: the file could not be written.
     """
-    if batch_rows < 1:
-        raise ManifestSchemaError(f"batch_rows must be positive, got {batch_rows}")
     return write_prepared(prepare_table(table, meta), out_dir, batch_rows=batch_rows)
 
 
