@@ -5,7 +5,8 @@ of CDC: 43M rows through Postgres and the follower would measure those instead.
 
 The rows follow the synthetic fleet's shape: its robots (with their sites and software
 versions), tasks and operators drawn uniformly from a hash of the row number, half of them
-successful, ``flag_rate`` of them with one QC flag, 1 to 2 s long at 50 Hz. Ids are UUIDs
+successful, ``flag_rate`` of them with one QC flag (and its list in
+``mirror.episode_flag_lists``), 1 to 2 s long at 50 Hz. Ids are UUIDs
 ``b0000000-0000-4000-8000-<row number>``, which never collide with the fleet's (UUIDv5).
 """
 
@@ -61,6 +62,14 @@ SELECT id, $flags[flag], CAST('{{}}' AS JSON), 1, 0, false
 FROM ({_DRAWS})
 WHERE flagged
 """
+# Each flagged row's list of flags (warehouse migration 0008), as the backend keeps it in the
+# commit that writes the flags: a bulk row has one flag.
+_FLAG_LISTS = f"""
+INSERT INTO mirror.episode_flag_lists
+SELECT id, [$flags[flag]]
+FROM ({_DRAWS})
+WHERE flagged
+"""
 
 
 def _params(p: Params, topics: str, start: int, stop: int) -> dict[str, Any]:
@@ -98,7 +107,7 @@ def add_bulk_rows(config: WarehouseConfig, p: Params, topics: str, start: int, s
 def _insert(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
-        for statement in (_EPISODES, _FLAGS):
+        for statement in (_EPISODES, _FLAGS, _FLAG_LISTS):
             used = set(re.findall(r"\$(\w+)", statement))  # DuckDB refuses unused names
             con.execute(statement, {k: v for k, v in params.items() if k in used})
         con.execute("COMMIT")

@@ -23,6 +23,7 @@ from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.apply import apply_rows, insert_rows
 from warehouse.ducklake.connection import attach_lake, is_transient, new_database
+from warehouse.ducklake.flag_lists import FLAGS, LISTS, rebuild_lists, refresh_lists
 from warehouse.ducklake.lineage import LakeLineage
 from warehouse.ducklake.maintenance import maintain_lake
 from warehouse.ducklake.reader import LakeReader
@@ -56,6 +57,7 @@ class DuckLakeWarehouse(Warehouse):
         self._writer: duckdb.DuckDBPyConnection | None = None
         self._lineage = LakeLineage(config)
         self._tables: dict[str, MirrorTable] | None = None
+        self._keeps_lists = False  # whether the lake has mirror.episode_flag_lists (0008)
         self._lock = threading.RLock()
 
     @property
@@ -141,6 +143,8 @@ class DuckLakeWarehouse(Warehouse):
             ).fetchall():
                 if column not in META_COLUMNS:
                     columns.setdefault(table, []).append((column, duck_type))
+            # The flag lists are kept where the lake has their table (migration 0008).
+            self._keeps_lists = LISTS in columns
             self._tables = {
                 name: MirrorTable(name, tuple(columns[name]), key, truncated)
                 for name, (key, truncated) in registered.items()
@@ -215,6 +219,11 @@ class DuckLakeWarehouse(Warehouse):
                     if rows.truncated_at is not None:
                         self._record_truncate(con, rows.table, rows.truncated_at)
                         truncated = True
+                    if rows.table == FLAGS and self._keeps_lists:
+                        if rows.truncated_at is None:
+                            refresh_lists(con, self._config.alias, staged)
+                        else:
+                            rebuild_lists(con, self._config.alias)
                 changes = sum(rows.changes for rows in batch.tables)
                 self._write_position(con, batch.position, f"cdc batch: {changes} changes")
             if truncated:
@@ -260,6 +269,8 @@ class DuckLakeWarehouse(Warehouse):
                         apply_rows(con, self._target(chunk.table), table, staged)
                 for name in tables:
                     con.execute(stale_rows_statement(self._target(name)), [lsn])
+                if FLAGS in tables and self._keeps_lists:
+                    rebuild_lists(con, self._config.alias)
                 con.execute(
                     f"UPDATE {META}.mirror_tables SET loaded_lsn = $1 "
                     "WHERE list_contains($2, table_name)",

@@ -7,16 +7,10 @@
 -- columns are the ones a manifest needs (id, uri, start_ns, end_ns, size_bytes, sha256).
 -- UUIDs and JSON are exposed as text so that every backend returns the same Arrow types.
 
--- An episode's quality flags are sorted after the aggregate, and only where there are two or
--- more: most flagged episodes have one, and sorting a one-element list for each of them was a
--- sixth of a ~1% curation over 43M rows (docs/curation.md).
+-- An episode's quality flags come sorted from mirror.episode_flag_lists (migration 0008),
+-- which the backend keeps in the same commit as the flags: aggregating the flags table here
+-- cost every curation a pass over all of it (docs/curation.md).
 CREATE OR REPLACE VIEW main.episodes AS
-WITH flags AS (
-    SELECT episode_id, list(flag) AS flags
-    FROM mirror.episode_quality_flags
-    WHERE NOT _deleted
-    GROUP BY episode_id
-)
 SELECT
     CAST(e.id AS VARCHAR) AS id,
     e.uri,
@@ -36,11 +30,7 @@ SELECT
     e.steps,
     e.control_hz,
     CAST(e.topics AS VARCHAR) AS topics,
-    CASE
-        WHEN f.flags IS NULL THEN CAST([] AS VARCHAR[])
-        WHEN len(f.flags) = 1 THEN f.flags
-        ELSE list_sort(f.flags)
-    END AS quality_flags,
+    coalesce(f.quality_flags, CAST([] AS VARCHAR[])) AS quality_flags,
     CAST(e.qc_report AS VARCHAR) AS qc_report,
     e.schema_version,
     e.pipeline_version,
@@ -49,7 +39,7 @@ SELECT
     e.updated_at
 FROM mirror.episodes AS e
 LEFT JOIN mirror.robots AS r ON r.id = e.robot_id AND NOT r._deleted
-LEFT JOIN flags AS f ON f.episode_id = e.id
+LEFT JOIN mirror.episode_flag_lists AS f ON f.episode_id = e.id
 WHERE NOT e._deleted AND e.status <> 'retracted';
 
 CREATE OR REPLACE VIEW main.episode_quality_flags AS
