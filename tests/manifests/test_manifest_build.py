@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from manifests import (
     open_manifest,
 )
 from manifests.errors import ManifestError
+from manifests.schema import lower_hex_digests
 
 
 def test_build_writes_sorted_rows_with_offsets(make_table, meta, out_dir: Path) -> None:
@@ -139,3 +141,26 @@ def test_errors_pickle_with_their_attributes() -> None:
     assert type(copy) is ManifestSchemaError and isinstance(copy, ManifestError)
     assert (copy.column, copy.manifest_id, copy.retryable) == ("sha256", "ab", True)
     assert str(copy) == str(error)
+
+
+_DIGEST = st.text(alphabet="0123456789abcdef", min_size=64, max_size=64)
+_HEXISH = st.text(alphabet="0123456789abcdefABCDEFgxyz \n\u00e9", min_size=62, max_size=66)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.one_of(_DIGEST, _DIGEST, _DIGEST, _HEXISH, st.none()), max_size=6),
+    cut=st.integers(0, 6),
+    offset=st.integers(0, 3),
+)
+def test_digest_check_agrees_with_the_regular_expression(
+    values: list[str | None], cut: int, offset: int
+) -> None:
+    """The buffer-level check of sha256 values answers as ``^[0-9a-f]{64}$`` does, for any
+    chunking and any array offset (a slice), nulls and multi-byte characters included."""
+    good = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(offset)]
+    array = pa.array(good + values, pa.string()).slice(offset)
+    column = pa.chunked_array([array.slice(0, cut), array.slice(cut)], pa.string())
+    expected = all(v is not None and re.fullmatch(r"[0-9a-f]{64}", v) for v in values)
+    assert lower_hex_digests(column) == expected
+    assert lower_hex_digests(column.cast(pa.large_string())) == expected
