@@ -62,11 +62,11 @@ SELECT id, $flags[flag], CAST('{{}}' AS JSON), 1, 0, false
 FROM ({_DRAWS})
 WHERE flagged
 """
-# Each flagged row's list of flags (warehouse migration 0008), as the backend keeps it in the
-# commit that writes the flags: a bulk row has one flag.
+# Each flagged row's list of flags with its robot and task (warehouse migration 0008), as the
+# backend keeps it in the commit that writes the flags: a bulk row has one flag.
 _FLAG_LISTS = f"""
 INSERT INTO mirror.episode_flag_lists
-SELECT id, [$flags[flag]]
+SELECT id, $robots[robot], $tasks[task], [$flags[flag]]
 FROM ({_DRAWS})
 WHERE flagged
 """
@@ -89,25 +89,34 @@ def _params(p: Params, topics: str, start: int, stop: int) -> dict[str, Any]:
     }
 
 
-def add_bulk_rows(config: WarehouseConfig, p: Params, topics: str, start: int, stop: int) -> float:
-    """Insert bulk rows ``[start, stop)`` (and their flags), ``p.bulk_chunk_rows`` per commit;
-    return the seconds it took."""
+def add_bulk_rows(
+    config: WarehouseConfig,
+    p: Params,
+    topics: str,
+    start: int,
+    stop: int,
+    *,
+    flag_lists: bool = True,
+) -> float:
+    """Insert bulk rows ``[start, stop)`` (and their flags; their flag lists unless the lake
+    predates migration 0008: ``flag_lists=False``), ``p.bulk_chunk_rows`` per commit; return
+    the seconds it took."""
     started = time.perf_counter()
     con = new_database(threads=2)
     try:
         attach_lake(con, config, read_only=False)
         for low in range(start, stop, p.bulk_chunk_rows):
             high = min(stop, low + p.bulk_chunk_rows)
-            _insert(con, _params(p, topics, low, high))
+            _insert(con, _params(p, topics, low, high), flag_lists)
     finally:
         con.close()
     return time.perf_counter() - started
 
 
-def _insert(con: duckdb.DuckDBPyConnection, params: dict[str, Any]) -> None:
+def _insert(con: duckdb.DuckDBPyConnection, params: dict[str, Any], flag_lists: bool) -> None:
     con.execute("BEGIN TRANSACTION")
     try:
-        for statement in (_EPISODES, _FLAGS, _FLAG_LISTS):
+        for statement in (_EPISODES, _FLAGS, _FLAG_LISTS) if flag_lists else (_EPISODES, _FLAGS):
             used = set(re.findall(r"\$(\w+)", statement))  # DuckDB refuses unused names
             con.execute(statement, {k: v for k, v in params.items() if k in used})
         con.execute("COMMIT")

@@ -19,16 +19,19 @@ from tests.warehouse.fleet import fleet
 from warehouse.changes import Op, Position, SnapshotChunk
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
+from warehouse.rows import text_value
 from warehouse.sqlfiles import SQL_ROOT
 
 FLAGS = ("camera_blackout", "choppy_joints", "dropped_frames", "gripper_stuck")
 AGGREGATE = (
-    "SELECT CAST(episode_id AS VARCHAR) AS episode_id, list_sort(list(flag)) AS flags "
-    "FROM mirror.episode_quality_flags WHERE NOT _deleted GROUP BY episode_id ORDER BY 1"
+    "SELECT CAST(f.episode_id AS VARCHAR) AS episode_id, e.robot_id, e.task_id, "
+    "list_sort(list(f.flag)) AS flags FROM mirror.episode_quality_flags AS f "
+    "LEFT JOIN mirror.episodes AS e ON e.id = f.episode_id AND NOT e._deleted "
+    "WHERE NOT f._deleted GROUP BY f.episode_id, e.robot_id, e.task_id ORDER BY 1"
 )
 LISTS = (
-    "SELECT CAST(episode_id AS VARCHAR) AS episode_id, quality_flags AS flags "
-    "FROM mirror.episode_flag_lists ORDER BY 1"
+    "SELECT CAST(episode_id AS VARCHAR) AS episode_id, robot_id, task_id, "
+    "quality_flags AS flags FROM mirror.episode_flag_lists ORDER BY 1"
 )
 DATA = Path(__file__).parent / "data"
 
@@ -50,31 +53,37 @@ def flag(episode: str, name: str) -> dict[str, str]:
     return {"episode_id": episode, "flag": name, "detail": "{}"}
 
 
-def test_lists_follow_every_kind_of_flag_change(warehouse: DuckLakeWarehouse) -> None:
-    episodes = [episode_row() for _ in range(6)]
-    ids = [e["id"] for e in episodes]
+def test_lists_follow_every_kind_of_flag_and_episode_change(
+    warehouse: DuckLakeWarehouse,
+) -> None:
+    """Random batches of flag inserts, deletes and renames, episodes that move to another
+    robot or task, new episodes with their flags in the same batch, a truncate; after each,
+    the lists are the aggregate of the live flags with their episode's robot and task."""
+    episodes = {e["id"]: e for e in (episode_row() for _ in range(6))}
     warehouse.apply(
         batch(
             event(Op.CREATE, "robots", 100, after=robot()),
-            *(event(Op.CREATE, "episodes", 100, 2 + i, after=e) for i, e in enumerate(episodes)),
+            *(
+                event(Op.CREATE, "episodes", 100, 2 + i, after=e)
+                for i, e in enumerate(episodes.values())
+            ),
         )
     )
-    live: dict[tuple[str, str], int] = {}  # (episode, flag) -> the lsn that wrote it
+    live: set[tuple[str, str]] = set()  # (episode, flag)
     pick = random.Random(7)
     lsn = 200
-    for step in range(12):
+    for step in range(14):
         events = []
+        ids = list(episodes)
         for seq in range(1, pick.randint(1, 6) + 1):
             key = (pick.choice(ids), pick.choice(FLAGS))
-            if key in live and pick.random() < 0.5:
+            free = [f for f in FLAGS if (key[0], f) not in live]
+            if key in live and (pick.random() < 0.5 or not free):
                 events.append(
                     event(Op.DELETE, "episode_quality_flags", lsn, seq, before=flag(*key))
                 )
-                del live[key]
+                live.discard(key)
             elif key in live:  # an update that renames the flag: the old key is tombstoned
-                free = [f for f in FLAGS if (key[0], f) not in live]
-                if not free:
-                    continue
                 new = (key[0], pick.choice(free))
                 events.append(
                     event(
@@ -86,30 +95,61 @@ def test_lists_follow_every_kind_of_flag_change(warehouse: DuckLakeWarehouse) ->
                         after=flag(*new),
                     )
                 )
-                del live[key]
-                live[new] = lsn
+                live.discard(key)
+                live.add(new)
             else:
                 events.append(event(Op.CREATE, "episode_quality_flags", lsn, seq, after=flag(*key)))
-                live[key] = lsn
-        if step == 8:  # a truncate mid-batch, and a flag written after it
+                live.add(key)
+        if step % 3 == 1:  # an episode moves to another robot or task
+            moved = pick.choice(ids)
+            place = pick.choice([{"robot_id": "r2"}, {"task_id": "t9"}, {"robot_id": "r1"}])
+            episodes[moved] = {**episodes[moved], **place}
+            events.append(event(Op.UPDATE, "episodes", lsn, 20, after=episodes[moved]))
+        if step % 4 == 2:  # a new episode and its first flags, in one transaction
+            fresh = episode_row(robot_id="r3", task_id="t2")
+            episodes[fresh["id"]] = fresh
+            events.append(event(Op.CREATE, "episodes", lsn, 30, after=fresh))
+            for n, name in enumerate(FLAGS[:2]):
+                events.append(
+                    event(
+                        Op.CREATE,
+                        "episode_quality_flags",
+                        lsn,
+                        31 + n,
+                        after=flag(fresh["id"], name),
+                    )
+                )
+                live.add((fresh["id"], name))
+        if step == 9:  # a truncate mid-batch, and a flag written after it
             events.append(event(Op.TRUNCATE, "episode_quality_flags", lsn, 50))
+            first = next(iter(episodes))
             events.append(
-                event(Op.CREATE, "episode_quality_flags", lsn, 51, after=flag(ids[0], FLAGS[1]))
+                event(Op.CREATE, "episode_quality_flags", lsn, 51, after=flag(first, FLAGS[1]))
             )
-            live = {(ids[0], FLAGS[1]): lsn}
+            live = {(first, FLAGS[1])}
         warehouse.apply(batch(*events))
         want: dict[str, list[str]] = {}
         for episode, name in sorted(live):
             want.setdefault(episode, []).append(name)
         assert lists(warehouse) == expected(warehouse), step
-        assert {r["episode_id"]: r["flags"] for r in lists(warehouse)} == want, step
-        assert view_flags(warehouse) == {e: want.get(e, []) for e in ids}, step
+        stored = {
+            r["episode_id"]: (r["robot_id"], r["task_id"], r["flags"]) for r in lists(warehouse)
+        }
+        assert stored == {
+            e: (episodes[e]["robot_id"], episodes[e]["task_id"], names) for e, names in want.items()
+        }, step
+        assert view_flags(warehouse) == {e: want.get(e, []) for e in episodes}, step
         lsn += 100
 
-    # A re-delivered insert from before the truncate changes neither the flags nor the lists.
+    # A re-delivered insert from before the truncate changes neither the flags nor the lists,
+    # and a re-delivered older version of a moved episode does not move its list back.
     before = lists(warehouse)
+    first = next(iter(episodes))
     warehouse.apply(
-        batch(event(Op.CREATE, "episode_quality_flags", 250, 1, after=flag(ids[5], FLAGS[3])))
+        batch(
+            event(Op.CREATE, "episode_quality_flags", 250, 1, after=flag(first, FLAGS[3])),
+            event(Op.UPDATE, "episodes", 250, 2, after={**episodes[first], "robot_id": "r7"}),
+        )
     )
     assert lists(warehouse) == before == expected(warehouse)
 
@@ -136,9 +176,23 @@ def test_a_snapshot_load_rebuilds_the_lists(warehouse: DuckLakeWarehouse) -> Non
         ["episode_quality_flags"], [SnapshotChunk("episode_quality_flags", rows)], position
     )
     # a's flag was not in the snapshot: tombstoned, and its list gone with it.
-    assert lists(warehouse) == [{"episode_id": b["id"], "flags": [FLAGS[1], FLAGS[3]]}]
+    assert lists(warehouse) == [
+        {"episode_id": b["id"], "robot_id": "r1", "task_id": "t1", "flags": [FLAGS[1], FLAGS[3]]}
+    ]
     assert lists(warehouse) == expected(warehouse)
     assert view_flags(warehouse) == {a["id"]: [], b["id"]: [FLAGS[1], FLAGS[3]]}
+    # A snapshot of the episodes that moves b to another robot: its list follows.
+    moved = {**b, "robot_id": "r2"}
+    texts = {c: text_value(moved[c]) for c in moved}
+    rows = pa.table({c: [None if v is None else v.decode()] for c, v in texts.items()})
+    warehouse.apply_snapshot(
+        ["episodes"],
+        [SnapshotChunk("episodes", rows)],
+        Position(lsn=2000, snapshot_lsn=2000, slot="s"),
+    )
+    assert [(r["episode_id"], r["robot_id"]) for r in lists(warehouse)] == [(b["id"], "r2")]
+    assert lists(warehouse) == expected(warehouse)
+    assert view_flags(warehouse) == {b["id"]: [FLAGS[1], FLAGS[3]]}
 
 
 def test_pinned_reads_see_the_lists_of_their_snapshot(warehouse: DuckLakeWarehouse) -> None:

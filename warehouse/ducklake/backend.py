@@ -23,7 +23,7 @@ from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.apply import apply_rows, insert_rows
 from warehouse.ducklake.connection import attach_lake, is_transient, new_database
-from warehouse.ducklake.flag_lists import FLAGS, LISTS, rebuild_lists, refresh_lists
+from warehouse.ducklake.flag_lists import EPISODES, FLAGS, LISTS, FlagLists
 from warehouse.ducklake.lineage import LakeLineage
 from warehouse.ducklake.maintenance import maintain_lake
 from warehouse.ducklake.reader import LakeReader
@@ -58,6 +58,7 @@ class DuckLakeWarehouse(Warehouse):
         self._lineage = LakeLineage(config)
         self._tables: dict[str, MirrorTable] | None = None
         self._keeps_lists = False  # whether the lake has mirror.episode_flag_lists (0008)
+        self._lists = FlagLists(config.alias)
         self._lock = threading.RLock()
 
     @property
@@ -212,6 +213,7 @@ class DuckLakeWarehouse(Warehouse):
             with self._transaction("applying a CDC batch") as con:
                 tables = self._mirror_tables(con)
                 truncated = False
+                listed: dict[str, pa.Table] = {}  # staged rows the flag lists follow
                 for rows in batch.tables:
                     table = known_table(tables, rows.table)
                     staged = rows.to_arrow(table.column_names)
@@ -219,11 +221,15 @@ class DuckLakeWarehouse(Warehouse):
                     if rows.truncated_at is not None:
                         self._record_truncate(con, rows.table, rows.truncated_at)
                         truncated = True
-                    if rows.table == FLAGS and self._keeps_lists:
-                        if rows.truncated_at is None:
-                            refresh_lists(con, self._config.alias, staged)
-                        else:
-                            rebuild_lists(con, self._config.alias)
+                    if rows.table in (FLAGS, EPISODES):
+                        listed[rows.table] = staged
+                        if rows.truncated_at is not None:
+                            listed["rebuild"] = staged
+                if self._keeps_lists and listed:
+                    if "rebuild" in listed:
+                        self._lists.rebuild(con)
+                    else:
+                        self._lists.after_batch(con, listed.get(FLAGS), listed.get(EPISODES))
                 changes = sum(rows.changes for rows in batch.tables)
                 self._write_position(con, batch.position, f"cdc batch: {changes} changes")
             if truncated:
@@ -269,8 +275,8 @@ class DuckLakeWarehouse(Warehouse):
                         apply_rows(con, self._target(chunk.table), table, staged)
                 for name in tables:
                     con.execute(stale_rows_statement(self._target(name)), [lsn])
-                if FLAGS in tables and self._keeps_lists:
-                    rebuild_lists(con, self._config.alias)
+                if self._keeps_lists and (FLAGS in tables or EPISODES in tables):
+                    self._lists.rebuild(con)
                 con.execute(
                     f"UPDATE {META}.mirror_tables SET loaded_lsn = $1 "
                     "WHERE list_contains($2, table_name)",

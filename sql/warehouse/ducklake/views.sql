@@ -8,8 +8,8 @@
 -- UUIDs and JSON are exposed as text so that every backend returns the same Arrow types.
 
 -- An episode's quality flags come sorted from mirror.episode_flag_lists (migration 0008),
--- which the backend keeps in the same commit as the flags: aggregating the flags table here
--- cost every curation a pass over all of it (docs/curation.md).
+-- which the backend keeps in the same commit as the flags and episodes: aggregating the flags
+-- table here cost every curation a pass over all of it (docs/curation.md).
 CREATE OR REPLACE VIEW main.episodes AS
 SELECT
     CAST(e.id AS VARCHAR) AS id,
@@ -39,7 +39,10 @@ SELECT
     e.updated_at
 FROM mirror.episodes AS e
 LEFT JOIN mirror.robots AS r ON r.id = e.robot_id AND NOT r._deleted
-LEFT JOIN mirror.episode_flag_lists AS f ON f.episode_id = e.id
+-- On robot and task too (the source has them NOT NULL): a curation's filters on them then
+-- reach the lists' scan, which skips the other robots' and tasks' row groups.
+LEFT JOIN mirror.episode_flag_lists AS f
+    ON f.episode_id = e.id AND f.robot_id = e.robot_id AND f.task_id = e.task_id
 WHERE NOT e._deleted AND e.status <> 'retracted';
 
 CREATE OR REPLACE VIEW main.episode_quality_flags AS
