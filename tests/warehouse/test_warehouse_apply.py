@@ -8,6 +8,7 @@ import pickle
 import time
 import uuid
 
+import duckdb
 import pyarrow as pa
 import pytest
 
@@ -15,7 +16,12 @@ from tests.warehouse.conftest import batch, episode_row, event, robot
 from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
-from warehouse.ducklake.connection import attach_lake, new_database
+from warehouse.ducklake.connection import (
+    DISCARDED,
+    attach_lake,
+    discard_connection,
+    new_database,
+)
 from warehouse.ducklake.lineage import _ascending
 from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseUnavailableError
 
@@ -275,3 +281,28 @@ def test_lineage_is_stored_in_episode_order(warehouse: DuckLakeWarehouse) -> Non
     assert not _ascending(pa.chunked_array([["a", None, "b"]]))
     assert _ascending(pa.chunked_array([["a"], ["a", "c"]]))
     assert _ascending(pa.chunked_array([["a"]])) and not _ascending(pa.chunked_array([[None]]))
+
+
+def test_a_writer_dropped_for_a_lost_catalog_is_kept_open() -> None:
+    """Closing a connection whose catalog server vanished mid-commit can abort the process
+    inside DuckDB; such a connection is kept, any other closed (discard_connection)."""
+    gone = duckdb.TransactionException(
+        "Failed to commit: Failed to execute query: server closed the connection unexpectedly"
+    )
+    cases = [
+        (gone, True),
+        (duckdb.TransactionException("TransactionContext Error: Transaction conflict"), False),
+        (duckdb.BinderException("Binder Error: no such column"), False),
+        (None, False),
+    ]
+    for error, kept in cases:
+        con = new_database(threads=1)
+        con.execute("BEGIN TRANSACTION")
+        before = len(DISCARDED)
+        discard_connection(con, error)
+        assert DISCARDED[-1] is con if kept else len(DISCARDED) == before, error
+        if kept:  # still open, rolled back
+            assert con.execute("SELECT 1").fetchone() == (1,)
+        else:
+            with pytest.raises(duckdb.ConnectionException):
+                con.execute("SELECT 1")

@@ -8,7 +8,6 @@ write here is one DuckLake commit (one snapshot) that also carries the CDC posit
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
@@ -22,7 +21,12 @@ from warehouse.base import MaintenanceReport, MirrorTable, Warehouse, known_tabl
 from warehouse.changes import ChangeBatch, Position, SnapshotChunk, TableSpec
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.apply import apply_rows, insert_rows
-from warehouse.ducklake.connection import attach_lake, is_transient, new_database
+from warehouse.ducklake.connection import (
+    attach_lake,
+    discard_connection,
+    is_transient,
+    new_database,
+)
 from warehouse.ducklake.flag_lists import EPISODES, FLAGS, LISTS, FlagLists
 from warehouse.ducklake.lineage import LakeLineage
 from warehouse.ducklake.maintenance import maintain_lake
@@ -89,7 +93,7 @@ class DuckLakeWarehouse(Warehouse):
                 yield con
                 con.execute("COMMIT")
             except duckdb.Error as error:
-                self._drop_writer()
+                self._drop_writer(error)
                 raise self._failure(what, error) from error
             except BaseException:
                 self._drop_writer()
@@ -107,18 +111,16 @@ class DuckLakeWarehouse(Warehouse):
             try:
                 yield self._writer_connection()
             except duckdb.Error as error:
-                self._drop_writer()
+                self._drop_writer(error)
                 raise self._failure(what, error) from error
 
-    def _drop_writer(self) -> None:
+    def _drop_writer(self, error: BaseException | None = None) -> None:
         """Forget the writer connection; the next write reconnects, which also recovers from a
-        restarted catalog database."""
+        restarted catalog database. The connection is rolled back and closed, or kept open
+        when ``error`` says the catalog server went away (closing it then can abort the
+        process inside DuckDB: :func:`warehouse.ducklake.connection.discard_connection`)."""
         if self._writer is not None:
-            # Roll back explicitly first: closing a connection whose transaction cannot be
-            # rolled back (catalog server gone) aborts the process inside DuckDB.
-            with contextlib.suppress(duckdb.Error):
-                self._writer.execute("ROLLBACK")
-            self._writer.close()
+            discard_connection(self._writer, error)
             self._writer = None
         self._tables = None
 

@@ -7,6 +7,8 @@ for a lake whose data is in S3 (``data_url``), reached with an S3 secret scoped 
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
 from pathlib import Path
 
@@ -152,3 +154,39 @@ def is_transient(error: duckdb.Error) -> bool:
         return True
     text = str(error).lower()
     return any(marker in text for marker in _TRANSIENT_TEXT)
+
+
+#: Connections a failed write left behind that were kept open (see :func:`discard_connection`).
+DISCARDED: list[duckdb.DuckDBPyConnection] = []
+
+
+def discard_connection(con: duckdb.DuckDBPyConnection, error: BaseException | None) -> None:
+    """Roll back and close a writer connection that is being dropped, but keep it open for
+    good when ``error`` (the failure that dropped it) says the catalog server went away.
+
+    DuckDB 1.5.5 can abort the whole process inside ``close()`` of a connection whose DuckLake
+    catalog lost its Postgres server in the middle of a commit: CI's run of 2026-12-04 and a
+    fresh-clone run of 2026-12-07 died that way in
+    ``tests/cdc/test_cdc_faults.py::test_postgres_restart_under_load`` (SIGABRT in
+    ``_drop_writer``'s ``close()``, after the explicit rollback). Such a connection is not
+    closed: it holds no catalog lock once its server is gone, and the next write attaches
+    afresh. An extra reference that is never released keeps it from being freed, so not even
+    interpreter shutdown closes it. Each costs one idle DuckDB instance, and only a catalog
+    outage in the middle of a write makes one."""
+    with contextlib.suppress(duckdb.Error):
+        con.execute("ROLLBACK")
+    if isinstance(error, duckdb.Error) and _catalog_gone(error):
+        DISCARDED.append(con)
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(con))
+        return
+    con.close()
+
+
+def _catalog_gone(error: duckdb.Error) -> bool:
+    """Whether ``error`` says the catalog server is gone (not a conflict or a bad statement)."""
+    text = str(error).lower()
+    if "conflict" in text:
+        return False
+    return isinstance(error, (duckdb.FatalException, duckdb.ConnectionException)) or any(
+        marker in text for marker in _TRANSIENT_TEXT
+    )

@@ -6,7 +6,6 @@ DuckLake commit. Readers see the rows through the views (see ``sql/warehouse/duc
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +17,12 @@ import pyarrow.compute as pc
 
 from warehouse.base import LINEAGE_COLUMNS
 from warehouse.config import DuckLakeConfig
-from warehouse.ducklake.connection import attach_lake, is_transient, new_database
+from warehouse.ducklake.connection import (
+    attach_lake,
+    discard_connection,
+    is_transient,
+    new_database,
+)
 from warehouse.ducklake.statements import ident
 from warehouse.errors import WarehouseError, WarehouseUnavailableError
 
@@ -92,7 +96,7 @@ class LakeLineage:
                     self._con = self._open()
                 yield self._con
             except duckdb.Error as error:
-                self.close_locked()
+                self.close_locked(error)
                 retryable = is_transient(error)
                 kind = WarehouseUnavailableError if retryable else WarehouseError
                 raise kind(f"{what} failed: {error}", retryable=retryable) from error
@@ -111,13 +115,12 @@ class LakeLineage:
             raise
         return con
 
-    def close_locked(self) -> None:
-        """Forget the connection (the caller holds the lock, or nothing else uses this)."""
+    def close_locked(self, error: BaseException | None = None) -> None:
+        """Forget the connection (the caller holds the lock, or nothing else uses this):
+        rolled back and closed, or kept open when ``error`` says the catalog server went away
+        (:func:`warehouse.ducklake.connection.discard_connection`)."""
         if self._con is not None:
-            # Nothing to roll back, or the catalog is gone: closing is what is left.
-            with contextlib.suppress(duckdb.Error):
-                self._con.execute("ROLLBACK")
-            self._con.close()
+            discard_connection(self._con, error)
             self._con = None
 
     def close(self) -> None:
