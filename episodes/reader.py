@@ -6,6 +6,7 @@ import bisect
 import os
 import time
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -43,10 +44,21 @@ class EpisodeReader:
     :param source: a path, a ``file://`` or fsspec URI, or a seekable binary file object
         (e.g. an fsspec file opened with ``cache_type="none"``), which the caller keeps open.
     :param name: how errors name the container; defaults to the path or URI.
+    :param keep_chunks: keep the chunks one sample read for the next one, which reads them
+        again without I/O, CRC or decompression when it needs them (consecutive anchors of a
+        block order share their window's chunks); memory: one sample's chunks. Off, every
+        sample reads its chunks afresh (what the container benchmark counts).
+    :param decode_pool: decodes a sample's cameras side by side in this pool's threads (FFmpeg
+        releases the GIL while it decodes); ``None`` decodes them one after another.
     """
 
     def __init__(
-        self, source: str | os.PathLike[str] | IO[bytes], *, name: str | None = None
+        self,
+        source: str | os.PathLike[str] | IO[bytes],
+        *,
+        name: str | None = None,
+        keep_chunks: bool = False,
+        decode_pool: Executor | None = None,
     ) -> None:
         stream, self._owned, default = _open(source)
         self.name = name or default
@@ -85,6 +97,8 @@ class EpisodeReader:
         # Decoding runs carried from one sample to the next (consecutive anchors of a block
         # order go on decoding instead of starting at the keyframe again).
         self._runs = RunDecoder()
+        self._keep_chunks, self._pool = keep_chunks, decode_pool
+        self._kept: dict[int, LoadedChunk] = {}
 
     def close(self) -> None:
         """Close the file if this reader opened it."""
@@ -130,7 +144,7 @@ class EpisodeReader:
             )
         # Every chunk the sample needs is read before any frame is decoded, so a sample's
         # reads go out back to back and its CPU-bound decoding comes after its I/O.
-        loaded = _Loaded(self)
+        loaded = _Loaded(self, self._kept)
         # The whole state-and-action stretch: one chunk holding it (with its context) serves
         # both the state history and the action horizon.
         loaded.around = (
@@ -144,11 +158,12 @@ class EpisodeReader:
         }
         state, state_ns, state_valid = self._state(loaded, anchor_ns, spec)
         actions, action_ns, action_valid = self._actions(loaded, anchor_ns, spec)
+        if self._keep_chunks:
+            self._kept = loaded.chunks
         frames, frame_ns, frame_valid = {}, {}, {}
-        for cam in cameras:
-            frames[cam.topic], frame_ns[cam.topic], frame_valid[cam.topic] = self._frames(
-                cam, history[cam.topic], anchor_ns, spec
-            )
+        decoded = self._decode_cameras(cameras, history, anchor_ns, spec)
+        for cam, found in zip(cameras, decoded, strict=True):
+            frames[cam.topic], frame_ns[cam.topic], frame_valid[cam.topic] = found
         return Sample(
             anchor_ns,
             frames,
@@ -161,6 +176,31 @@ class EpisodeReader:
             action_ns,
             action_valid,
         )
+
+    def _decode_cameras(
+        self,
+        cameras: list[TopicInfo],
+        history: dict[str, list[_Frame]],
+        anchor_ns: int,
+        spec: SampleSpec,
+    ) -> list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]]:
+        """Each camera's frames of the sample; with a pool, the cameras after the first in
+        its threads while this thread decodes the first (each camera has its own decoding
+        run, so no two threads touch one)."""
+        if self._pool is None or len(cameras) < 2:
+            return [self._frames(c, history[c.topic], anchor_ns, spec) for c in cameras]
+        rest = [
+            self._pool.submit(self._frames, c, history[c.topic], anchor_ns, spec)
+            for c in cameras[1:]
+        ]
+        try:
+            first = self._frames(cameras[0], history[cameras[0].topic], anchor_ns, spec)
+        finally:  # (a camera's error comes out here; the others finish before it is raised)
+            done = [future.exception() for future in rest]
+        for error in done:
+            if error is not None:
+                raise error
+        return [first, *(future.result() for future in rest)]
 
     def _frames(
         self, cam: TopicInfo, frames: list[_Frame], anchor_ns: int, spec: SampleSpec
@@ -491,13 +531,20 @@ class EpisodeReader:
 
 
 class _Loaded:
-    """Chunks read during one call, fetched once each and counted on the reader."""
+    """Chunks read during one call, fetched once each and counted on the reader; a chunk in
+    ``kept`` (the previous sample's, see ``keep_chunks``) is taken from there, unread."""
 
-    def __init__(self, reader: EpisodeReader) -> None:
+    def __init__(self, reader: EpisodeReader, kept: dict[int, LoadedChunk] | None = None) -> None:
         self._reader = reader
+        self._kept = kept or {}
         self._chunks: dict[int, LoadedChunk] = {}
         #: the sample's state-and-action stretch, which a chunk choice should cover if it can.
         self.around: tuple[int, int] | None = None
+
+    @property
+    def chunks(self) -> dict[int, LoadedChunk]:
+        """The chunks this call used, by file offset."""
+        return self._chunks
 
     def has(self, ref: ChunkRef) -> bool:
         """Whether the chunk at ``ref`` was already read in this call."""
@@ -527,9 +574,11 @@ class _Loaded:
         chunk = self._chunks.get(ref.offset)
         started = time.perf_counter()
         if chunk is None:
-            chunk = read_chunk(self._reader._src, ref)
+            chunk = self._kept.get(ref.offset)
+            if chunk is None:
+                chunk = read_chunk(self._reader._src, ref)
+                self._reader.chunk_reads += 1
             self._chunks[ref.offset] = chunk
-            self._reader.chunk_reads += 1
         found = chunk.messages(channel, lo, hi)
         self._reader.fetch_seconds += time.perf_counter() - started
         return found

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -58,13 +59,22 @@ class _Normalizer:
 
 
 class _ProcessState:
-    """What one process opened: built on first use after a fork, never pickled."""
+    """What one process opened: built on first use after a fork, never pickled.
 
-    def __init__(self, path: Path, config: LoaderConfig) -> None:
+    :param threads: threads that decode a sample's cameras (this one and ``threads - 1`` in
+        a pool of this process's own; a pool's threads do not survive a fork).
+    """
+
+    def __init__(self, path: Path, config: LoaderConfig, threads: int) -> None:
         self.manifest: Manifest = open_manifest(path)
         self.cache = NodeCache(config.cache, ObjectStore(config.store))
         self.readers: OrderedDict[str, _OpenEpisode] = OrderedDict()
         self.bad_samples = 0
+        self.decode_pool = (
+            ThreadPoolExecutor(threads - 1, thread_name_prefix="quarry-decode")
+            if threads > 1
+            else None
+        )
 
 
 class SampleSource:
@@ -77,6 +87,7 @@ class SampleSource:
         self.manifest_path = Path(manifest_path)
         self.config = config
         self._pid = -1
+        self._origin_pid = os.getpid()
         self._state: _ProcessState | None = None
         manifest = self.process.manifest
         self.num_samples = manifest.num_samples
@@ -93,8 +104,20 @@ class SampleSource:
     def process(self) -> _ProcessState:
         """This process's manifest map, cache and readers (re-opened after a fork)."""
         if self._state is None or self._pid != os.getpid():
-            self._state, self._pid = _ProcessState(self.manifest_path, self.config), os.getpid()
+            threads = self._decode_threads()
+            self._state = _ProcessState(self.manifest_path, self.config, threads)
+            self._pid = os.getpid()
         return self._state
+
+    def _decode_threads(self) -> int:
+        """``config.decode_threads``, or where unset: this process's cores in the process
+        that made this source, 1 in the processes it was forked or pickled into (DataLoader
+        workers, which already decode side by side)."""
+        if self.config.decode_threads is not None:
+            return self.config.decode_threads
+        if os.getpid() != self._origin_pid:
+            return 1
+        return len(os.sched_getaffinity(0))
 
     @property
     def bad_samples(self) -> int:
@@ -144,7 +167,9 @@ class SampleSource:
         lease = self.process.cache.acquire(_object_ref(row))
         handle = lease.open()
         try:
-            reader = EpisodeReader(handle, name=row.uri)
+            reader = EpisodeReader(
+                handle, name=row.uri, keep_chunks=True, decode_pool=self.process.decode_pool
+            )
         except BaseException:
             handle.close()
             lease.release()

@@ -102,6 +102,9 @@ class LoaderConfig(_Config):
     :param sampler_block: the epoch sampler's block (``EpochSampler(block=...)``): samples of
         consecutive anchors served together, so a reader decodes their video once; 1 is the
         plain shuffle (docs/loader.md, "Sampler").
+    :param decode_threads: threads that decode a sample's cameras side by side (FFmpeg
+        releases the GIL); ``None`` picks: the cores this process may run on in the process
+        that made the dataset, 1 in its DataLoader workers (which already run side by side).
     """
 
     cache: CacheConfig
@@ -113,3 +116,4 @@ class LoaderConfig(_Config):
     normalize: bool = True
     open_readers: int = Field(default=4, ge=1)
     sampler_block: int = Field(default=1, ge=1)
+    decode_threads: int | None = Field(default=None, ge=1)

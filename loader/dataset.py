@@ -32,7 +32,8 @@ Batch = dict[str, Any]
 
 
 def collate_samples(items: Sequence[Item | None]) -> Batch:
-    """Stack samples into a batch; ``None`` items (skipped bad samples) are dropped and counted.
+    """Stack samples (numpy arrays or tensors) into a batch; ``None`` items (skipped bad
+    samples) are dropped and counted.
 
     Returns ``frames`` {camera topic: uint8 [B, F, H, W, 3]}, ``frame_valid`` {camera: bool
     [B, F]}, ``state`` float32 [B, Hs, Ds], ``state_valid`` bool [B, Hs], ``actions`` float32
@@ -48,13 +49,31 @@ def collate_samples(items: Sequence[Item | None]) -> Batch:
     if any(sorted(item["frames"]) != cameras for item in good):
         raise LoaderError("samples of one batch have different cameras")
     for key in ("frames", "frame_valid"):
-        batch[key] = {
-            cam: torch.from_numpy(np.stack([i[key][cam] for i in good])) for cam in cameras
-        }
+        batch[key] = {cam: _stack([i[key][cam] for i in good]) for cam in cameras}
     for key in ("state", "state_valid", "actions", "action_valid"):
-        batch[key] = torch.from_numpy(np.stack([item[key] for item in good]))
+        batch[key] = _stack([item[key] for item in good])
     batch["sample_index"] = torch.tensor([item["sample_index"] for item in good], dtype=torch.int64)
     return batch
+
+
+def _stack(values: list[Any]) -> torch.Tensor:
+    return torch.stack([torch.as_tensor(v) for v in values])
+
+
+def as_tensors(item: Item) -> Item:
+    """``item`` with its arrays as tensors over the same memory (no copy). A DataLoader
+    worker hands tensors to the training process through shared memory; numpy arrays it
+    pickles through a pipe, which capped a 2-worker loader at 74 samples/s of 7.4 MB samples
+    (4 cameras x 2 frames at 640x480) against 196-230 for the same items as tensors."""
+    out: Item = {}
+    for key, value in item.items():
+        if isinstance(value, dict):
+            out[key] = {name: torch.from_numpy(array) for name, array in value.items()}
+        elif isinstance(value, np.ndarray):
+            out[key] = torch.from_numpy(value)
+        else:
+            out[key] = value
+    return out
 
 
 def batch_positions(batch: Batch) -> int:
@@ -71,7 +90,8 @@ def seed_worker(worker_id: int) -> None:
 
 
 class ManifestDataset(Dataset[Item | None]):
-    """Map-style: item ``i`` is global sample ``i`` of the manifest.
+    """Map-style: item ``i`` is global sample ``i`` of the manifest, its arrays as tensors
+    (see :func:`as_tensors`).
 
     Use with ``DataLoader(ds, sampler=EpochSampler(...), batch_size=..., collate_fn=
     collate_samples, worker_init_fn=seed_worker)``. Items are ``None`` for bad samples skipped
@@ -85,7 +105,8 @@ class ManifestDataset(Dataset[Item | None]):
         return self.source.num_samples
 
     def __getitem__(self, index: int) -> Item | None:
-        return self.source.read(int(index))
+        item = self.source.read(int(index))
+        return None if item is None else as_tensors(item)
 
 
 class ManifestIterableDataset(IterableDataset[Batch]):

@@ -48,8 +48,8 @@ def test_item_shapes_and_normalization(episode_set, tmp_path: Path) -> None:
     item = raw[5]
     assert set(item["frames"]) == {"/cam/front", "/cam/wrist"}
     assert item["frames"]["/cam/front"].shape == (2, 24, 32, 3)
-    assert item["frames"]["/cam/front"].dtype == np.uint8
-    assert item["state"].shape == (4, STATE_DIMS) and item["state"].dtype == np.float32
+    assert item["frames"]["/cam/front"].dtype == torch.uint8
+    assert item["state"].shape == (4, STATE_DIMS) and item["state"].dtype == torch.float32
     assert item["actions"].shape == (8, ACTION_DIMS)
     assert item["sample_index"] == 5
     np.testing.assert_allclose(normed[5]["state"], (item["state"] - 1.0) / 2.0, rtol=1e-6)
@@ -415,3 +415,37 @@ def test_corrupt_cached_container_is_fetched_again(episode_set, tmp_path: Path) 
 def test_mismatched_sampler_is_refused(episode_set, tmp_path: Path) -> None:
     with pytest.raises(LoaderError):
         ManifestIterableDataset(episode_set.good, config(tmp_path), EpochSampler(3))
+
+
+class _PoolProbe(Dataset[bool]):
+    """Whether this process decodes a sample's cameras one after another (no pool)."""
+
+    def __init__(self, dataset: ManifestDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int) -> bool:
+        self.dataset[index]
+        return self.dataset.source.process.decode_pool is None
+
+
+def test_cameras_decode_side_by_side_only_outside_the_workers(episode_set, tmp_path: Path) -> None:
+    dataset = ManifestDataset(episode_set.good, config(tmp_path))
+    assert _PoolProbe(dataset)[0] is (len(os.sched_getaffinity(0)) == 1)
+    in_workers = DataLoader(_PoolProbe(dataset), batch_size=1, num_workers=2)
+    assert [bool(b) for b in in_workers] == [True, True]
+    pinned = ManifestDataset(episode_set.good, config(tmp_path, decode_threads=3))
+    assert pinned.source.process.decode_pool is not None
+    item = pinned[4]
+    np.testing.assert_array_equal(item["frames"]["/cam/wrist"], dataset[4]["frames"]["/cam/wrist"])
+
+
+def test_items_cross_from_workers_as_tensors(episode_set, tmp_path: Path) -> None:
+    dataset = ManifestDataset(episode_set.good, config(tmp_path, normalize=False))
+    loader = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=lambda items: items)
+    first = next(iter(loader))[0]
+    assert isinstance(first["frames"]["/cam/front"], torch.Tensor)
+    assert isinstance(first["state"], torch.Tensor) and first["sample_index"] == 0
+    np.testing.assert_array_equal(first["state"], dataset[0]["state"])
