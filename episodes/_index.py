@@ -203,24 +203,66 @@ def read_metadata(src: Source, summary: Summary, name: str) -> dict[str, str] | 
 def read_chunk(src: Source, ref: ChunkRef) -> LoadedChunk:
     """Read one chunk and its message index in a single read, check the chunk's CRC, and
     return it ready to hand out messages by channel and time."""
+    _check_size(src, ref)
+    return parse_chunk(src.name, ref, src.read_at(ref.offset, ref.length + ref.index_length))
+
+
+def read_chunks(src: Source, refs: list[ChunkRef]) -> dict[int, LoadedChunk]:
+    """Read chunks lying close together (sorted by offset; see :func:`close_runs`) in one
+    read, from the first one's start to the last one's message index, and parse each."""
+    for ref in refs:
+        _check_size(src, ref)
+    base = refs[0].offset
+    data = src.read_at(base, refs[-1].offset + refs[-1].length + refs[-1].index_length - base)
+    out = {}
+    for ref in refs:
+        at = ref.offset - base
+        out[ref.offset] = parse_chunk(src.name, ref, data[at : at + ref.length + ref.index_length])
+    return out
+
+
+#: Bytes between two chunks that one read takes along rather than making two reads.
+MAX_GAP_BYTES = 256 * 1024
+
+
+def close_runs(refs: list[ChunkRef]) -> list[list[ChunkRef]]:
+    """``refs`` by offset, in runs one read each: a chunk joins the run before it when at most
+    ``MAX_GAP_BYTES`` lie between them and the run stays within ``MAX_CHUNK_BYTES``."""
+    runs: list[list[ChunkRef]] = []
+    for ref in sorted(refs, key=lambda r: r.offset):
+        if runs:
+            first, last = runs[-1][0], runs[-1][-1]
+            gap = ref.offset - (last.offset + last.length + last.index_length)
+            size = ref.offset + ref.length + ref.index_length - first.offset
+            if 0 <= gap <= MAX_GAP_BYTES and size <= MAX_CHUNK_BYTES:
+                runs[-1].append(ref)
+                continue
+        runs.append([ref])
+    return runs
+
+
+def _check_size(src: Source, ref: ChunkRef) -> None:
     if ref.length > MAX_CHUNK_BYTES or ref.uncompressed_size > MAX_CHUNK_BYTES:
         raise ContainerError("chunk too large", file=src.name, offset=ref.offset)
-    data = src.read_at(ref.offset, ref.length + ref.index_length)
+
+
+def parse_chunk(name: str, ref: ChunkRef, data: bytes) -> LoadedChunk:
+    """Check and parse the bytes of the chunk at ``ref`` (with its message index records)."""
     try:
         if data[0] != Opcode.CHUNK:
-            raise ContainerError("no chunk at its index", file=src.name, offset=ref.offset)
+            raise ContainerError("no chunk at its index", file=name, offset=ref.offset)
         chunk = Chunk.read(ReadDataStream(io.BytesIO(data[9 : ref.length])))
         raw = decompress(chunk)
         if chunk.uncompressed_crc and zlib.crc32(raw) != chunk.uncompressed_crc:
-            raise ContainerError("chunk CRC mismatch", file=src.name, offset=ref.offset)
+            raise ContainerError("chunk CRC mismatch", file=name, offset=ref.offset)
         index = _read_indexes(data[ref.length :], len(raw)) if ref.index_length else None
         if index is None or not ref.channel_ids <= index.keys():
             index = _scan_records(raw)
-        return LoadedChunk(raw, index, src.name, ref.offset)
+        return LoadedChunk(raw, index, name, ref.offset)
     except ContainerError:
         raise
     except Exception as exc:  # zstd, lz4 and struct each raise their own types on bad bytes
-        raise ContainerError(f"corrupt chunk: {exc}", file=src.name, offset=ref.offset) from exc
+        raise ContainerError(f"corrupt chunk: {exc}", file=name, offset=ref.offset) from exc
 
 
 #: One channel's messages in a chunk, sorted by log time: log times (ns) and the offsets of

@@ -19,7 +19,16 @@ from mcap.records import Message
 from . import messages as msg
 from ._decoded import RunDecoder
 from ._h264 import decode_h264
-from ._index import ChunkRef, LoadedChunk, Source, read_chunk, read_metadata, read_summary
+from ._index import (
+    ChunkRef,
+    LoadedChunk,
+    Source,
+    close_runs,
+    read_chunk,
+    read_chunks,
+    read_metadata,
+    read_summary,
+)
 from ._jpeg import decode_jpeg
 from .episode import ACTIONS
 from .errors import (
@@ -153,6 +162,9 @@ class EpisodeReader:
         )
         need = (spec.frames_per_camera - 1) * spec.frame_stride + 1
         cameras = [c for c in self.info.cameras if spec.cameras is None or c.topic in spec.cameras]
+        started = time.perf_counter()
+        loaded.prefetch(self._plan(loaded, anchor_ns, spec, cameras))
+        self.fetch_seconds += time.perf_counter() - started
         history = {
             cam.topic: self._frame_history(loaded, cam.topic, anchor_ns, need) for cam in cameras
         }
@@ -176,6 +188,49 @@ class EpisodeReader:
             action_ns,
             action_valid,
         )
+
+    def _plan(
+        self, loaded: _Loaded, anchor_ns: int, spec: SampleSpec, cameras: list[TopicInfo]
+    ) -> list[ChunkRef]:
+        """The chunks the sample at ``anchor_ns`` reads, as far as the layout tells before any
+        is read, so that chunks lying together go out as one read (a window's camera and
+        state chunks, in Quarry's layout; the chunks of a stretch, interleaved).
+
+        Cameras: every chunk of each camera from the window start (where a keyframe is)
+        before its oldest frame up to the anchor. Vectors with window arrays: the window
+        chunk :meth:`_windows_for` picks; without context copies (interleaved): every chunk
+        overlapping their stretch. A chunk left out is still read when the sample asks for
+        it (vectors with context copies: where :meth:`_span` finds them), one read of its
+        own."""
+        start, width = self.info.start_ns, self.info.window_ns
+        refs: list[ChunkRef] = []
+        for cam in cameras:
+            back = (spec.frames_per_camera - 1) * spec.frame_stride * 1e9 / cam.rate_hz
+            oldest = anchor_ns - round(back)
+            keyed = start + max(0, (oldest - start) // width) * width
+            refs += self._overlapping(cam.topic, keyed, anchor_ns)
+        state = (anchor_ns - (spec.state_history - 1) * spec.period_ns, anchor_ns)
+        horizon = anchor_ns + (spec.action_horizon - 1) * spec.period_ns
+        vectors = [(t, state) for t in self.info.state_topics()]
+        if (actions := self.info.vector(ACTIONS)) is not None:
+            vectors.append((actions, (anchor_ns, min(horizon, self.info.end_ns - 1))))
+        for topic, (lo, hi) in vectors:
+            if topic.window_channel_id is not None:
+                first, last = self._windows_for(lo, hi, loaded.around)
+                for k in range(first, last + 1):
+                    refs += list(self._window_chunks(topic.topic, start + k * width))[:1]
+            elif topic.context_channel_id is None:
+                refs += self._overlapping(topic.topic, lo, hi)
+        return refs
+
+    def _overlapping(self, topic: str, lo: int, hi: int) -> list[ChunkRef]:
+        """Chunks with ``topic``'s messages overlapping ``[lo, hi]``."""
+        refs, i = self._refs[topic], bisect.bisect_right(self._starts[topic], hi) - 1
+        out = []
+        while i >= 0 and refs[i].end_ns >= lo:
+            out.append(refs[i])
+            i -= 1
+        return out
 
     def _decode_cameras(
         self,
@@ -545,6 +600,17 @@ class _Loaded:
     def chunks(self) -> dict[int, LoadedChunk]:
         """The chunks this call used, by file offset."""
         return self._chunks
+
+    def prefetch(self, refs: list[ChunkRef]) -> None:
+        """Read the chunks at ``refs`` not at hand yet, those lying close together in one read
+        each (:func:`close_runs`), and count them as read."""
+        wanted = {r.offset: r for r in refs if r.offset not in self._chunks}
+        for offset in [o for o in wanted if o in self._kept]:
+            self._chunks[offset] = self._kept[offset]
+            del wanted[offset]
+        for run in close_runs(list(wanted.values())):
+            self._chunks.update(read_chunks(self._reader._src, run))
+            self._reader.chunk_reads += len(run)
 
     def has(self, ref: ChunkRef) -> bool:
         """Whether the chunk at ``ref`` was already read in this call."""

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from episodes._index import ChunkRef, Source, read_chunk
+from episodes._index import (
+    MAX_CHUNK_BYTES,
+    MAX_GAP_BYTES,
+    ChunkRef,
+    Source,
+    close_runs,
+    read_chunk,
+    read_chunks,
+)
 from episodes.episode import EpisodeData
 from episodes.errors import ContainerError
 from episodes.reader import EpisodeReader
@@ -38,7 +46,8 @@ def test_index_follows_every_chunk_and_is_read_with_it(container: Path) -> None:
         assert all(ref.index_length > 0 for ref in reader.info.chunks)
         before = reader.requests
         reader.read_sample(reader.info.start_ns + 10**9, SPEC)
-        assert reader.requests - before == reader.chunk_reads
+        # the window's camera chunk, its state chunk and their indexes lie together: one read
+        assert reader.chunk_reads == 2 and reader.requests - before == 1
 
 
 def test_a_range_gives_its_messages_and_one_neighbour_each_side(container: Path) -> None:
@@ -70,9 +79,12 @@ def test_samples_are_the_same_with_and_without_indexes(
     container: Path, episode: EpisodeData
 ) -> None:
     with EpisodeReader(container) as indexed, EpisodeReader(container) as walked:
-        walked._refs = {
-            t: [replace(r, index_length=0) for r in refs] for t, refs in walked._refs.items()
-        }
+        for name in ("_refs", "_window_refs", "_context_refs"):
+            refs_of = getattr(walked, name)
+            unindexed = {
+                t: [replace(r, index_length=0) for r in refs] for t, refs in refs_of.items()
+            }
+            setattr(walked, name, unindexed)
         for anchor in range(episode.start_ns + 10**8, episode.end_ns, 7 * 10**8):
             a, b = indexed.read_sample(anchor, SPEC), walked.read_sample(anchor, SPEC)
             assert a.state.tobytes() == b.state.tobytes()
@@ -117,3 +129,36 @@ def test_an_index_pointing_outside_the_chunk_is_a_container_error(
     with bad.open("rb") as f, pytest.raises(ContainerError) as caught:
         read_chunk(Source(f, str(bad)), ref)
     assert caught.value.offset == ref.offset and "outside the chunk" in str(caught.value)
+
+
+def _ref(offset: int, length: int, index_length: int = 0) -> ChunkRef:
+    return ChunkRef(offset, length, 0, 0, frozenset(), "", length, index_length)
+
+
+def test_chunks_close_together_form_one_run() -> None:
+    a = _ref(100, 50, 10)  # ends at 160
+    b = _ref(160, 40)  # right after a
+    c = _ref(200 + MAX_GAP_BYTES, 10)  # the largest gap a run takes along
+    d = _ref(211 + 2 * MAX_GAP_BYTES, 10)  # one byte more
+    assert close_runs([d, b, c, a]) == [[a, b, c], [d]]
+    huge = _ref(0, MAX_CHUNK_BYTES - 5)
+    assert close_runs([huge, _ref(MAX_CHUNK_BYTES - 5, 10)]) == [
+        [huge],
+        [_ref(MAX_CHUNK_BYTES - 5, 10)],
+    ]
+
+
+def test_a_run_parses_each_chunk_as_a_read_of_its_own(container: Path) -> None:
+    with EpisodeReader(container) as reader:
+        refs = reader.info.chunks[:4]
+    runs = close_runs(refs)
+    assert len(runs) == 1  # the writer puts a window's chunks and their indexes together
+    with container.open("rb") as f:
+        source = Source(f, str(container))
+        together = read_chunks(source, runs[0])
+        assert source.reads == 1
+        for ref in refs:
+            alone = read_chunk(source, ref)
+            for channel in ref.channel_ids:
+                got = [(m.sequence, m.data) for m in together[ref.offset].messages(channel)]
+                assert got == [(m.sequence, m.data) for m in alone.messages(channel)]
