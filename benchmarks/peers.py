@@ -15,9 +15,9 @@ JSON line per rig; the ratios are what count on a shared machine.
                                [--frontier window,S2,...]
 
 ``--keyframe-s`` sets Quarry's keyframe interval, ``--block`` Quarry's sampler order (the
-block order, which every system then reads), ``--frontier`` more Quarry containers with other
-keyframe intervals read side by side (their bytes and ratios in ``frontier``). See
-docs/benchmarks.md.
+block order, which every system then reads; each rig pins 8), ``--frontier`` more Quarry
+containers with other keyframe intervals and CRFs read side by side (their bytes and ratios
+in ``frontier``). See docs/benchmarks.md.
 
 The peer venv is built on first use (``benchmarks/peers_bench/setup.sh``, minutes; docs/peers.md).
 """
@@ -370,6 +370,11 @@ def run_rig(rig: Rig, data: Path, small: bool, frontier: tuple[Point, ...]) -> d
             "sample_spec": sample_spec(rig).to_dict(),
             "quarry_video": write_options(rig).video.to_dict(),
             "quarry_keyframe_s": rig.keyframe_s,
+            "quarry_loader": {
+                "sampler_block": rig.block,
+                "decode_threads": "unset: the process's cores in one process, 1 per worker",
+                "items": "tensors (ManifestDataset)",
+            },
             "lerobot_codecs": {
                 "lerobot_av1": "libsvtav1 (lerobot default, g=2, crf=30)",
                 "lerobot_h264": "h264 (g=2, crf=30)",
@@ -403,7 +408,11 @@ def main() -> int:
         help="more Quarry containers read side by side: comma-separated keyframe intervals"
         " (seconds, or 'window' for one per window), each optionally @CRF (e.g. 0.27@26)",
     )
-    parser.add_argument("--block", type=int, default=1, help="Quarry sampler block (1: plain)")
+    parser.add_argument(
+        "--block",
+        type=int,
+        help="Quarry sampler block (1: the plain shuffle; default: the rig's, 8)",
+    )
     parser.add_argument("--episodes", type=int, help="override the episodes of each rig")
     parser.add_argument("--duration-s", type=float, help="override the episode length, s")
     parser.add_argument("--samples", type=int, help="override the samples per block")
@@ -413,7 +422,9 @@ def main() -> int:
     subprocess.run([str(HERE / "setup.sh")], check=True, stdout=sys.stderr)
     for name in args.rig or ["A", "B"]:
         rig = (SMALL if args.small else RIGS)[name]
-        rig = replace(rig, keyframe_s=args.keyframe_s, block=args.block)
+        rig = replace(rig, keyframe_s=args.keyframe_s)
+        if args.block:
+            rig = replace(rig, block=args.block)
         if args.episodes:
             rig = replace(rig, episodes=args.episodes)
         if args.duration_s:

@@ -46,11 +46,11 @@ class Rig:
     samples_per_block: int  # (episode, anchor) pairs one system reads per block
     rounds: int  # measured rounds (one more, unmeasured, warms every reader first)
     window_s: float = 2.0
-    crf: int = 20
+    crf: int = 23  # Quarry's writer default (episodes._h264.VideoConfig)
     preset: str = "veryfast"
     keyframe_s: float | None = None  # Quarry keyframe interval; None = once per window
     jpeg_quality: int = 90
-    block: int = 1  # Quarry's sampler order: samples per block (1: the plain shuffle)
+    block: int = 8  # Quarry's sampler order: samples per block (1: the plain shuffle)
     batch: int = 8  # samples per DataLoader batch in the workers mode
     frames: int = 2
     state_history: int = 16
