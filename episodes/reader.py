@@ -59,6 +59,9 @@ class EpisodeReader:
         sample reads its chunks afresh (what the container benchmark counts).
     :param decode_pool: decodes a sample's cameras side by side in this pool's threads (FFmpeg
         releases the GIL while it decodes); ``None`` decodes them one after another.
+    :param plan_reads: plan a sample's chunks before reading any and read those lying
+        together in one request (:meth:`_plan`); off, each chunk is a request of its own,
+        read when the sample asks for it (the container benchmark compares layouts so too).
     """
 
     def __init__(
@@ -68,6 +71,7 @@ class EpisodeReader:
         name: str | None = None,
         keep_chunks: bool = False,
         decode_pool: Executor | None = None,
+        plan_reads: bool = True,
     ) -> None:
         stream, self._owned, default = _open(source)
         self.name = name or default
@@ -106,7 +110,7 @@ class EpisodeReader:
         # Decoding runs carried from one sample to the next (consecutive anchors of a block
         # order go on decoding instead of starting at the keyframe again).
         self._runs = RunDecoder()
-        self._keep_chunks, self._pool = keep_chunks, decode_pool
+        self._keep_chunks, self._pool, self._plan_reads = keep_chunks, decode_pool, plan_reads
         self._kept: dict[int, LoadedChunk] = {}
 
     def close(self) -> None:
@@ -162,9 +166,10 @@ class EpisodeReader:
         )
         need = (spec.frames_per_camera - 1) * spec.frame_stride + 1
         cameras = [c for c in self.info.cameras if spec.cameras is None or c.topic in spec.cameras]
-        started = time.perf_counter()
-        loaded.prefetch(self._plan(loaded, anchor_ns, spec, cameras))
-        self.fetch_seconds += time.perf_counter() - started
+        if self._plan_reads:
+            started = time.perf_counter()
+            loaded.prefetch(self._plan(loaded, anchor_ns, spec, cameras))
+            self.fetch_seconds += time.perf_counter() - started
         history = {
             cam.topic: self._frame_history(loaded, cam.topic, anchor_ns, need) for cam in cameras
         }
