@@ -12,12 +12,13 @@ and is not measured), so load from other processes lands on every system alike. 
 JSON line per rig; the ratios are what count on a shared machine.
 
     python benchmarks/peers.py [--small] [--rig A|B|C ...] [--keyframe-s S] [--block B]
-                               [--frontier window,S2,...]
+                               [--frontier window,S2,...] [--peer-cache DIR]
 
 ``--keyframe-s`` sets Quarry's keyframe interval, ``--block`` Quarry's sampler order (the
 block order, which every system then reads; each rig pins 8), ``--frontier`` more Quarry
 containers with other keyframe intervals and CRFs read side by side (their bytes and ratios
-in ``frontier``). See docs/benchmarks.md.
+in ``frontier``), ``--peer-cache`` keeps the peers' datasets for later runs of the same
+episodes (their writers take most of a full run). See docs/benchmarks.md.
 
 The peer venv is built on first use (``benchmarks/peers_bench/setup.sh``, minutes; docs/peers.md).
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -341,10 +343,26 @@ def ratios(
     }
 
 
-def run_rig(rig: Rig, data: Path, small: bool, frontier: tuple[Point, ...]) -> dict[str, Any]:
-    started = time.perf_counter()
-    quarry = variants(rig, frontier)
-    layout = prepare(rig, data, quarry)
+#: Rig fields the peers' datasets depend on (the others are Quarry's settings or the reads).
+PEER_FIELDS = (
+    "name", "cameras", "width", "height", "fps", "episodes", "duration_s", "frames",
+    "state_history", "action_horizon", "anchor_stride", "seed", "camera_names",
+)  # fmt: skip
+
+
+def write_peers(rig: Rig, data: Path, cache: Path | None) -> dict[str, Any]:
+    """The peers' datasets of the rig in ``data``, written by the peers' own writers, or
+    copied from ``cache`` where a run of the same episodes wrote them (their writers take
+    most of a full run: 25 minutes at rig C). Returns their write seconds (those of the run
+    that wrote them) and whether they came from the cache."""
+    picked = json.dumps({k: rig.to_dict()[k] for k in PEER_FIELDS}, sort_keys=True)
+    stored = (
+        cache / f"{rig.name}-{hashlib.sha256(picked.encode()).hexdigest()[:16]}" if cache else None
+    )
+    if stored is not None and (stored / "write_s.json").exists():
+        for system in PEERS:
+            shutil.copytree(stored / system, data / system)
+        return {**json.loads((stored / "write_s.json").read_text()), "cached": True}
     start = time.perf_counter()
     peer = [str(HERE / "run.sh"), "--no-setup", "python", str(HERE / "serve_peers.py")]
     write = subprocess.run(
@@ -353,11 +371,27 @@ def run_rig(rig: Rig, data: Path, small: bool, frontier: tuple[Point, ...]) -> d
         capture_output=True,
         text=True,
     )
-    peer_write_s = round(time.perf_counter() - start, 2)
     write_s = {
-        "quarry": layout["quarry_write_s"],
         **json.loads(write.stdout.splitlines()[-1])["write_s"],
+        "peers_total": round(time.perf_counter() - start, 2),
     }
+    if stored is not None:
+        partial = stored.with_name(stored.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        for system in PEERS:
+            shutil.copytree(data / system, partial / system)
+        (partial / "write_s.json").write_text(json.dumps(write_s))
+        partial.rename(stored)
+    return {**write_s, "cached": False}
+
+
+def run_rig(
+    rig: Rig, data: Path, small: bool, frontier: tuple[Point, ...], cache: Path | None
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    quarry = variants(rig, frontier)
+    layout = prepare(rig, data, quarry)
+    write_s = {"quarry": layout["quarry_write_s"], **write_peers(rig, data, cache)}
     sizes = {name: dir_bytes(str(data / name / "episodes")) for name in quarry}
     sizes.update({peer: dir_bytes(str(data / peer)) for peer in PEERS})
     results = measure(rig, data, layout, [*quarry, *PEERS])
@@ -386,7 +420,7 @@ def run_rig(rig: Rig, data: Path, small: bool, frontier: tuple[Point, ...]) -> d
             "samples": sum(layout["anchors"]),
         },
         "bytes": sizes,
-        "write_s": {**write_s, "peers_total": peer_write_s},
+        "write_s": write_s,
         "results": results,
         **ratios(results, sizes),
         "frontier": [
@@ -418,6 +452,11 @@ def main() -> int:
     parser.add_argument("--samples", type=int, help="override the samples per block")
     parser.add_argument("--rounds", type=int, help="override the measured rounds")
     parser.add_argument("--workdir", type=Path, help="keep the data here (an empty folder)")
+    parser.add_argument(
+        "--peer-cache",
+        type=Path,
+        help="keep the peers' datasets here and reuse them in runs of the same episodes",
+    )
     args = parser.parse_args()
     subprocess.run([str(HERE / "setup.sh")], check=True, stdout=sys.stderr)
     for name in args.rig or ["A", "B"]:
@@ -435,7 +474,8 @@ def main() -> int:
             rig = replace(rig, rounds=args.rounds)
         with tempfile.TemporaryDirectory(prefix=f"peers-{name}-") as temp:
             data = (args.workdir / name) if args.workdir else Path(temp)
-            record = run_rig(rig, data, args.small, parse_frontier(args.frontier, rig))
+            frontier = parse_frontier(args.frontier, rig)
+            record = run_rig(rig, data, args.small, frontier, args.peer_cache)
             print(json.dumps(record, sort_keys=True), flush=True)
     return 0
 
