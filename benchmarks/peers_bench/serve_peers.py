@@ -39,6 +39,13 @@ def episodes(data: Path) -> list[Path]:
     return sorted((data / "source").glob("episode_*.npz"))
 
 
+def load_steps(path: Path) -> dict[str, Any]:
+    """An episode's arrays, each read once: an ``NpzFile`` reads an array from the archive
+    again at every ``[]`` (per step and camera, that made rig C's writes quadratic)."""
+    with np.load(path) as archive:
+        return dict(archive)
+
+
 def camera_keys(rig: Rig) -> list[str]:
     return [f"observation.images.{name}" for name in rig.camera_names[: rig.cameras]]
 
@@ -71,7 +78,7 @@ def write_lerobot(rig: Rig, data: Path, system: str) -> None:
         vcodec=LEROBOT_CODECS[system],
     )
     for path in episodes(data):
-        ep = np.load(path)
+        ep = load_steps(path)
         for step in range(ep["state"].shape[0]):
             frame: dict[str, Any] = {
                 key: ep[f"cam{c}"][step] for c, key in enumerate(camera_keys(rig))
@@ -113,7 +120,7 @@ def write_mds(rig: Rig, data: Path) -> None:
     columns["action"] = f"ndarray:float32:{rig.action_horizon},{first['action'].shape[1]}"
     with MDSWriter(out=str(data / "mds_jpeg"), columns=columns) as writer:
         for path in episodes(data):
-            for row in sample_rows(rig, np.load(path)):
+            for row in sample_rows(rig, load_steps(path)):
                 writer.write(row)
 
 
