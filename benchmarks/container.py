@@ -64,6 +64,7 @@ class Params:
     context_s: float = 0.7  # grouped and per-topic alike; mcap's default layout has none
     crf: int = 20
     preset: str = "veryfast"
+    tune: str | None = "fastdecode"  # the writer's default
     jpeg_quality: int = 90
     noise_sigma: float = 2.0
     seed: int = 0
@@ -97,7 +98,9 @@ def make_episodes(p: Params) -> list[EpisodeData]:
 def encode_all(p: Params, episodes: list[EpisodeData]) -> dict[str, list[bytes]]:
     out: dict[str, list[bytes]] = {}
     for name, (layout, codec) in LAYOUTS.items():
-        video = VideoConfig(codec=codec, crf=p.crf, preset=p.preset, jpeg_quality=p.jpeg_quality)
+        video = VideoConfig(
+            codec=codec, crf=p.crf, preset=p.preset, jpeg_quality=p.jpeg_quality, tune=p.tune
+        )
         options = WriteOptions(
             layout=layout, window_s=p.window_s, video=video, context_s=p.context_s
         )

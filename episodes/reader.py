@@ -6,7 +6,7 @@ import bisect
 import os
 import time
 from collections.abc import Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -45,6 +45,8 @@ from .sample import Sample, frame_picks, grid, hold, interpolate
 from .spec import SampleSpec
 
 _Frame = tuple[msg.FrameHeader, bytes]
+#: One camera's frames of a sample: (frames, H, W, 3) uint8, their times (ns), their validity.
+_Picked = tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]
 
 
 class EpisodeReader:
@@ -58,7 +60,8 @@ class EpisodeReader:
         block order share their window's chunks); memory: one sample's chunks. Off, every
         sample reads its chunks afresh (what the container benchmark counts).
     :param decode_pool: decodes a sample's cameras side by side in this pool's threads (FFmpeg
-        releases the GIL while it decodes); ``None`` decodes them one after another.
+        releases the GIL while it decodes) while the calling thread reads the state and
+        actions; ``None`` decodes them one after another in the calling thread.
     :param plan_reads: plan a sample's chunks before reading any and read those lying
         together in one request (:meth:`_plan`); off, each chunk is a request of its own,
         read when the sample asks for it (the container benchmark compares layouts so too).
@@ -173,12 +176,25 @@ class EpisodeReader:
         history = {
             cam.topic: self._frame_history(loaded, cam.topic, anchor_ns, need) for cam in cameras
         }
-        state, state_ns, state_valid = self._state(loaded, anchor_ns, spec)
-        actions, action_ns, action_valid = self._actions(loaded, anchor_ns, spec)
+        # With a pool, the cameras decode in its threads while this one reads the vectors
+        # (each camera has its own decoding run, so no two threads touch one).
+        decoding: list[Future[_Picked]] = []
+        if self._pool is not None:
+            submit = self._pool.submit
+            decoding = [submit(self._frames, c, history[c.topic], anchor_ns, spec) for c in cameras]
+        try:
+            state, state_ns, state_valid = self._state(loaded, anchor_ns, spec)
+            actions, action_ns, action_valid = self._actions(loaded, anchor_ns, spec)
+        finally:  # (every camera finishes before an error of this sample is raised)
+            errors = [e for e in (future.exception() for future in decoding) if e is not None]
+        if errors:
+            raise errors[0]
         if self._keep_chunks:
             self._kept = loaded.chunks
         frames, frame_ns, frame_valid = {}, {}, {}
-        decoded = self._decode_cameras(cameras, history, anchor_ns, spec)
+        decoded = [future.result() for future in decoding] or [
+            self._frames(c, history[c.topic], anchor_ns, spec) for c in cameras
+        ]
         for cam, found in zip(cameras, decoded, strict=True):
             frames[cam.topic], frame_ns[cam.topic], frame_valid[cam.topic] = found
         return Sample(
@@ -237,34 +253,9 @@ class EpisodeReader:
             i -= 1
         return out
 
-    def _decode_cameras(
-        self,
-        cameras: list[TopicInfo],
-        history: dict[str, list[_Frame]],
-        anchor_ns: int,
-        spec: SampleSpec,
-    ) -> list[tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]]:
-        """Each camera's frames of the sample; with a pool, the cameras after the first in
-        its threads while this thread decodes the first (each camera has its own decoding
-        run, so no two threads touch one)."""
-        if self._pool is None or len(cameras) < 2:
-            return [self._frames(c, history[c.topic], anchor_ns, spec) for c in cameras]
-        rest = [
-            self._pool.submit(self._frames, c, history[c.topic], anchor_ns, spec)
-            for c in cameras[1:]
-        ]
-        try:
-            first = self._frames(cameras[0], history[cameras[0].topic], anchor_ns, spec)
-        finally:  # (a camera's error comes out here; the others finish before it is raised)
-            done = [future.exception() for future in rest]
-        for error in done:
-            if error is not None:
-                raise error
-        return [first, *(future.result() for future in rest)]
-
     def _frames(
         self, cam: TopicInfo, frames: list[_Frame], anchor_ns: int, spec: SampleSpec
-    ) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    ) -> _Picked:
         """Decode the sample's frames of ``cam`` from its loaded history ``frames``."""
         count, stride = spec.frames_per_camera, spec.frame_stride
         times = np.array([h.time_ns for h, _ in frames], dtype=np.int64)

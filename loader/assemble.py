@@ -61,8 +61,8 @@ class _Normalizer:
 class _ProcessState:
     """What one process opened: built on first use after a fork, never pickled.
 
-    :param threads: threads that decode a sample's cameras (this one and ``threads - 1`` in
-        a pool of this process's own; a pool's threads do not survive a fork).
+    :param threads: threads that decode a sample's cameras: a pool of this process's own
+        (its threads do not survive a fork), or, for 1, the reading thread itself.
     """
 
     def __init__(self, path: Path, config: LoaderConfig, threads: int) -> None:
@@ -71,9 +71,7 @@ class _ProcessState:
         self.readers: OrderedDict[str, _OpenEpisode] = OrderedDict()
         self.bad_samples = 0
         self.decode_pool = (
-            ThreadPoolExecutor(threads - 1, thread_name_prefix="quarry-decode")
-            if threads > 1
-            else None
+            ThreadPoolExecutor(threads, thread_name_prefix="quarry-decode") if threads > 1 else None
         )
 
 

@@ -103,8 +103,9 @@ class LoaderConfig(_Config):
         consecutive anchors served together, so a reader decodes their video once; 1 is the
         plain shuffle (docs/loader.md, "Sampler").
     :param decode_threads: threads that decode a sample's cameras side by side (FFmpeg
-        releases the GIL); ``None`` picks: the cores this process may run on in the process
-        that made the dataset, 1 in its DataLoader workers (which already run side by side).
+        releases the GIL) while the reading thread reads state and actions; 1 decodes in the
+        reading thread. ``None`` picks: the cores this process may run on in the process that
+        made the dataset, 1 in its DataLoader workers (which already run side by side).
     """
 
     cache: CacheConfig

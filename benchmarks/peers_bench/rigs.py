@@ -46,8 +46,9 @@ class Rig:
     samples_per_block: int  # (episode, anchor) pairs one system reads per block
     rounds: int  # measured rounds (one more, unmeasured, warms every reader first)
     window_s: float = 2.0
-    crf: int = 23  # Quarry's writer default (episodes._h264.VideoConfig)
+    crf: int = 23  # Quarry's writer defaults (episodes._h264.VideoConfig): CRF, preset, tune
     preset: str = "veryfast"
+    tune: str | None = "fastdecode"
     keyframe_s: float | None = None  # Quarry keyframe interval; None = once per window
     jpeg_quality: int = 90
     block: int = 8  # Quarry's sampler order: samples per block (1: the plain shuffle)

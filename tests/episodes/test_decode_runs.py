@@ -107,3 +107,17 @@ def test_container_from_the_earlier_writer_reads_the_same() -> None:
     actions = next(v for v in fresh.vectors if v.topic == "/action")
     np.testing.assert_array_equal(times, actions.timestamps_ns)
     np.testing.assert_array_equal(values, actions.values)
+
+
+def test_writer_records_its_tune_and_refuses_an_unknown_one(
+    small_episode: EpisodeData, tmp_path: Path
+) -> None:
+    for tune in ("fastdecode", None):
+        path = tmp_path / f"{tune}.mcap"
+        write_episode(small_episode, path, WriteOptions(video=VideoConfig(tune=tune)))
+        with EpisodeReader(path) as reader:
+            assert reader.info.video.get("tune") == tune
+            anchor = int(SPEC.anchors(reader.info.start_ns, reader.info.end_ns)[7])
+            assert reader.read_sample(anchor, SPEC).frame_valid["/cam/front"].all()
+    with pytest.raises(InputError, match="tune"):
+        VideoConfig(tune="fast")

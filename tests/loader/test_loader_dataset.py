@@ -17,11 +17,14 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from loader import dataset as dataset_module
 from loader.config import CacheConfig, LoaderConfig
 from loader.dataset import (
+    INLINE_BYTES,
     BatchStream,
     ManifestDataset,
     ManifestIterableDataset,
+    as_tensors,
     batch_positions,
     collate_samples,
     seed_worker,
@@ -442,10 +445,51 @@ def test_cameras_decode_side_by_side_only_outside_the_workers(episode_set, tmp_p
     np.testing.assert_array_equal(item["frames"]["/cam/wrist"], dataset[4]["frames"]["/cam/wrist"])
 
 
-def test_items_cross_from_workers_as_tensors(episode_set, tmp_path: Path) -> None:
+@pytest.mark.parametrize("inline_bytes", [INLINE_BYTES, 0])
+def test_items_cross_from_workers_as_tensors(
+    episode_set, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline_bytes: int
+) -> None:
+    """Small items pickle their bytes; others go through one shared-memory segment each."""
+    monkeypatch.setattr(dataset_module, "INLINE_BYTES", inline_bytes)  # the workers fork after
     dataset = ManifestDataset(episode_set.good, config(tmp_path, normalize=False))
     loader = DataLoader(dataset, batch_size=2, num_workers=2, collate_fn=lambda items: items)
-    first = next(iter(loader))[0]
-    assert isinstance(first["frames"]["/cam/front"], torch.Tensor)
-    assert isinstance(first["state"], torch.Tensor) and first["sample_index"] == 0
-    np.testing.assert_array_equal(first["state"], dataset[0]["state"])
+    for batch in itertools.islice(loader, 3):
+        for got in batch:
+            want = dataset[got["sample_index"]]
+            assert type(got) is dict and isinstance(got["frames"]["/cam/front"], torch.Tensor)
+            for key in ("state", "state_valid", "actions", "action_valid"):
+                assert got[key].dtype == want[key].dtype
+                assert torch.equal(got[key], want[key]), key
+            for camera, frames in want["frames"].items():
+                assert torch.equal(got["frames"][camera], frames)
+                assert torch.equal(got["frame_valid"][camera], want["frame_valid"][camera])
+
+
+def test_an_item_pickles_as_one_storage() -> None:
+    item = {
+        "frames": {"a": np.arange(2 * 3 * 5 * 3, dtype=np.uint8).reshape(2, 3, 5, 3)},
+        "frame_valid": {"a": np.array([True, False])},
+        "state": np.linspace(0, 1, 7, dtype=np.float32).reshape(7, 1),
+        "steps": np.array([3, -4], dtype=np.int64),
+        "sample_index": 9,
+    }
+    packed = as_tensors(item)  # in the process that read it: the arrays' own memory
+    assert packed["state"].data_ptr() == item["state"].ctypes.data
+    moved = pickle.loads(pickle.dumps(packed))  # as a worker hands it over: one storage
+    assert len({t.untyped_storage().data_ptr() for t in _tensors(moved)}) == 1
+    assert type(moved) is dict and moved["sample_index"] == 9
+    for copy in (packed, moved):
+        assert type(copy["state"]) is torch.Tensor and copy["steps"].dtype == torch.int64
+        np.testing.assert_array_equal(copy["frames"]["a"], item["frames"]["a"])
+        np.testing.assert_array_equal(copy["frame_valid"]["a"], item["frame_valid"]["a"])
+        np.testing.assert_array_equal(copy["state"], item["state"])
+        np.testing.assert_array_equal(copy["steps"], item["steps"])
+
+
+def _tensors(item: dict) -> list[torch.Tensor]:
+    return [
+        t
+        for v in item.values()
+        for t in (v.values() if isinstance(v, dict) else [v])
+        if isinstance(t, torch.Tensor)
+    ]
