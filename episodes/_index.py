@@ -275,6 +275,9 @@ class LoadedChunk:
 
     def __init__(self, raw: bytes, index: dict[int, ChannelIndex], name: str, offset: int):
         self._raw, self._index, self._name, self._offset = raw, index, name, offset
+        # Records parsed so far, by offset: a chunk kept for the next sample (consecutive
+        # anchors) hands out most of the same records again.
+        self._parsed: dict[int, Message] = {}
 
     def messages(self, channel: int, lo: int | None = None, hi: int | None = None) -> list[Message]:
         """Messages of ``channel``, by log time: all of them, or those in ``[lo, hi]`` plus
@@ -294,6 +297,12 @@ class LoadedChunk:
             ) from exc
 
     def _message(self, at: int, channel: int) -> Message:
+        found = self._parsed.get(at)
+        if found is None or found.channel_id != channel:
+            found = self._parsed[at] = self._parse(at, channel)
+        return found
+
+    def _parse(self, at: int, channel: int) -> Message:
         raw = self._raw
         if raw[at] != _OPCODE_MESSAGE:
             raise ValueError(f"no message record at {at}")

@@ -262,11 +262,13 @@ class EpisodeReader:
         picks = frame_picks(times, anchor_ns, count, stride)
         valid = picks >= 0
         height, width = int(cam.schema["height"]), int(cam.schema["width"])
-        out = np.zeros((count, height, width, 3), dtype=np.uint8)
+        shape = (count, height, width, 3)
+        out = np.empty(shape, dtype=np.uint8) if valid.all() else np.zeros(shape, dtype=np.uint8)
         out_ns = np.full(count, anchor_ns, dtype=np.int64)
         if valid.any():
             decoded = self._decode(cam, frames, [int(p) for p in picks[valid]])
-            out[valid] = decoded
+            for k, frame in zip(np.flatnonzero(valid), decoded, strict=True):
+                out[k] = frame
             out_ns[valid] = times[picks[valid]]
             first = int(np.argmax(valid))
             out[~valid], out_ns[~valid] = out[first], out_ns[first]

@@ -70,9 +70,16 @@ class _ProcessState:
         self.cache = NodeCache(config.cache, ObjectStore(config.store))
         self.readers: OrderedDict[str, _OpenEpisode] = OrderedDict()
         self.bad_samples = 0
+        self._last_row: ManifestRow | None = None
         self.decode_pool = (
             ThreadPoolExecutor(threads, thread_name_prefix="quarry-decode") if threads > 1 else None
         )
+
+    def row(self, row: int) -> ManifestRow:
+        """Manifest row ``row`` (the last one asked for is kept: a block's samples share it)."""
+        if self._last_row is None or self._last_row.row != row:
+            self._last_row = self.manifest.row(row)
+        return self._last_row
 
 
 class SampleSource:
@@ -133,7 +140,7 @@ class SampleSource:
 
         :raises BadEpisodeError: its episode cannot be read and the policy is ``fail``.
         """
-        row = self.process.manifest.row(self.process.manifest.locate(sample)[0])
+        row = self.process.row(self.process.manifest.locate(sample)[0])
         offset = sample - row.sample_offset
         anchor_ns = row.start_ns + offset * self.spec.anchor_step_ns
         try:
