@@ -15,10 +15,11 @@ JSON line per rig; the ratios are what count on a shared machine.
                                [--frontier window,S2@CRF/TUNE,...] [--peer-cache DIR]
 
 ``--keyframe-s`` sets Quarry's keyframe interval, ``--block`` Quarry's sampler order (the
-block order, which every system then reads; each rig pins 8), ``--frontier`` more Quarry
-containers with other keyframe intervals and CRFs read side by side (their bytes and ratios
-in ``frontier``), ``--peer-cache`` keeps the peers' datasets for later runs of the same
-episodes (their writers take most of a full run). See docs/benchmarks.md.
+block order, which every system then reads; each rig pins 8, the loader's default),
+``--frontier`` more Quarry containers with other keyframe intervals and CRFs read side by
+side (their bytes and ratios in ``frontier``), ``--peer-cache`` keeps the peers' datasets for
+later runs of the same episodes (their writers take most of a full run). See
+docs/benchmarks.md.
 
 The peer venv is built on first use (``benchmarks/peers_bench/setup.sh``, minutes; docs/peers.md).
 """

@@ -101,7 +101,9 @@ class LoaderConfig(_Config):
     :param open_readers: episode readers kept open per worker (an LRU).
     :param sampler_block: the epoch sampler's block (``EpochSampler(block=...)``): samples of
         consecutive anchors served together, so a reader decodes their video once; 1 is the
-        plain shuffle (docs/loader.md, "Sampler").
+        plain shuffle. 8 by default: a batch of 32 holds at least 4 stretches of video, each
+        at most 8 anchors long (docs/loader.md, "Sampler"). A resumed run keeps the block of
+        its checkpoint.
     :param decode_threads: threads that decode a sample's cameras side by side (FFmpeg
         releases the GIL) while the reading thread reads state and actions; 1 decodes in the
         reading thread. ``None`` picks: the cores this process may run on in the process that
@@ -116,5 +118,5 @@ class LoaderConfig(_Config):
     sample_spec: dict[str, Any] | None = None
     normalize: bool = True
     open_readers: int = Field(default=4, ge=1)
-    sampler_block: int = Field(default=1, ge=1)
+    sampler_block: int = Field(default=8, ge=1)
     decode_threads: int | None = Field(default=None, ge=1)

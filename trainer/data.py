@@ -83,6 +83,8 @@ class DataFeed:
         #: The manifest's ID (from its file name, ``<id>.arrow``), recorded in checkpoints.
         self.manifest_id = self.manifest.manifest_id
         self._row_offsets = self.manifest.index.row_offsets()
+        #: The sampler's block: ``loader.sampler_block``, or a resumed checkpoint's.
+        self.block = config.loader.sampler_block
         self.sampler = self._sampler(epoch=0)
         self.cache = NodeCache(config.loader.cache, ObjectStore(config.loader.store))
         self.before_new_epoch: Callable[[], None] | None = None
@@ -102,7 +104,7 @@ class DataFeed:
             ranks_per_node=self.world.local_world_size,
             seed=self.config.loader.seed,
             epoch=epoch,
-            block=self.config.loader.sampler_block,
+            block=self.block,
         )
 
     def warm_node_share(self) -> dict[str, Any]:
@@ -219,7 +221,22 @@ class DataFeed:
         return self.sampler.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the sampler's position (before :meth:`start`)."""
+        """Resume the sampler's position (before :meth:`start`).
+
+        A run keeps the sample order it started with: a checkpoint written with another
+        sampler block (``loader.sampler_block`` changed, or its default, 1 before 8) resumes
+        in the checkpoint's block, this epoch and the next ones, with a warning.
+        """
+        block = state.get("block", 1)
+        if isinstance(block, int) and not isinstance(block, bool) and block != self.block:
+            log.warning(
+                "resuming in the checkpoint's sampler block %d (loader.sampler_block is %d): "
+                "a run keeps its sample order",
+                block,
+                self.block,
+            )
+            self.block = block
+            self.sampler = self._sampler(self.sampler.epoch)
         self.sampler.load_state_dict(state)
         if self._next is not None:  # planned from the position before this one
             self._next[1].close()

@@ -3,10 +3,12 @@ as data wait; the goodput meter's books for it."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from loader.sampler import EpochSampler
 from trainer.config import load_config
@@ -35,7 +37,10 @@ def test_feed_crosses_epochs_in_order_and_charges_only_data_time(
 ) -> None:
     feed = feed_for(corpus, tmp_path)
     before = {p.pid for p in psutil.Process().children()}
-    epoch0 = EpochSampler(corpus.num_samples, feed._row_offsets, seed=feed.config.seed)
+    assert feed.block == 8  # the default sampler order
+    epoch0 = EpochSampler(
+        corpus.num_samples, feed._row_offsets, seed=feed.config.seed, block=feed.block
+    )
     expected = epoch0.indices().tolist()
     # Stands for a checkpoint write finishing before the next epoch's workers fork: charged
     # to the checkpoint phase by the trainer, so never part of the data wait.
@@ -72,6 +77,27 @@ def test_feed_plans_the_block_order_of_its_config(corpus: Corpus, tmp_path: Path
             corpus.num_samples, feed._row_offsets, seed=feed.config.seed, block=4
         )
         assert feed.sampler.indices().tolist() == expected.indices().tolist()
+    finally:
+        feed.close()
+
+
+def test_feed_resumes_in_the_block_of_its_checkpoint(
+    corpus: Corpus, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A checkpoint of the plain shuffle (block 1, the default before 8) resumes in its own
+    order, in this epoch and the next, instead of being refused."""
+    feed = feed_for(corpus, tmp_path)
+    try:
+        old = EpochSampler(corpus.num_samples, feed._row_offsets, seed=feed.config.seed)
+        old.mark_consumed(5)
+        state = old.state_dict()
+        assert "block" not in state  # as written before blocks existed
+        with caplog.at_level(logging.WARNING, logger="trainer.data"):
+            feed.load_state_dict(state)
+        assert "checkpoint's sampler block 1" in caplog.text
+        assert feed.block == 1 and feed.sampler.block == 1
+        assert feed.sampler.indices().tolist() == old.indices().tolist()
+        assert feed._sampler(1).block == 1
     finally:
         feed.close()
 
