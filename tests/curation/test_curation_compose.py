@@ -4,11 +4,12 @@ the statistics query (see tests/curation/test_curation_build.py for the same on 
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from sqlglot import exp
 
-from curation.build import CURATION_RELATIONS, _cameras
+from curation.build import CURATION_RELATIONS, _cameras, _canonical_buffers
 from curation.compose import (
     CURATED_IDS,
     OBJECTS_VIEW,
@@ -119,3 +120,44 @@ def test_cameras_are_the_sorted_camera_topics_of_every_rig() -> None:
     topics = pa.chunked_array([[rig, None, other, rig], ['[{"topic": "/imu"}]']])
     assert _cameras(topics) == ("/cam/front", "/cam/wrist")
     assert _cameras(pa.chunked_array([], type=pa.string())) == ()
+
+
+def _with_under_nulls(values: list[int], valid: list[bool]) -> pa.Array:
+    """An int64 array holding ``values`` even where it is null, as an engine may leave it."""
+    bitmap = np.packbits(np.array(valid), bitorder="little")
+    buffers = [pa.py_buffer(bitmap.tobytes()), pa.py_buffer(np.array(values, dtype=np.int64))]
+    return pa.Array.from_buffers(pa.int64(), len(values), buffers, null_count=valid.count(False))
+
+
+def _file_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_canonical_buffers_make_the_bytes_independent_of_what_lies_under_nulls() -> None:
+    """DuckDB leaves the smallest int64 under a null timestamp, ClickHouse zero: the canonical
+    table has the bytes of the whole table's filter either way, and copies only the columns
+    with nulls or booleans."""
+    valid = [True, False, True]
+    ids = pa.array(["a", "b", "c"])
+    tables = [
+        pa.table(
+            {
+                "id": ids,
+                "ended_at": _with_under_nulls([1, under, 3], valid),
+                "success": pa.array([True, False, True]),
+            }
+        )
+        for under in (-(2**63), 0)
+    ]
+    assert _file_bytes(tables[0]) != _file_bytes(tables[1])
+    canonical = [_canonical_buffers(t) for t in tables]
+    assert _file_bytes(canonical[0]) == _file_bytes(canonical[1])
+    every_row = pa.array([True] * 3)
+    assert _file_bytes(canonical[0]) == _file_bytes(tables[0].filter(every_row))
+    kept = canonical[0]["id"].chunk(0).buffers()[2]
+    assert kept is not None and kept.address == ids.buffers()[2].address  # not copied
+    plain = pa.table({"id": ids})
+    assert _canonical_buffers(plain) is plain
