@@ -193,13 +193,14 @@ def copy_and_time(
     lake_manifest: Path,
     where: dict[str, str] | None,
 ) -> dict[str, Any]:
-    """Copy the lake's new rows (``where``; all of them for ``None``) into ClickHouse, then
-    time the curation there."""
+    """Copy the lake's new rows (``where``; all of them for ``None``) into ClickHouse, wait
+    for the copy's background merges to end (``settle_s``), then time the curation there."""
     started = time.perf_counter()
     copied = house.copy(lake_position(lake), where)
     copy_s = round(time.perf_counter() - started, 1)
+    settle_s = round(house.settle(), 1)
     timed = time_house_at(p, house, conn, stack.paths.root / "house", lake_manifest)
-    return {**timed, "copy_s": copy_s, "copied_rows": copied}
+    return {**timed, "copy_s": copy_s, "settle_s": settle_s, "copied_rows": copied}
 
 
 def measure_sizes(

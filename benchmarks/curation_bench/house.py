@@ -12,6 +12,7 @@ benchmark of the curation path, not of CDC. The curation runs through the servic
 from __future__ import annotations
 
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,22 @@ class House:
         finally:
             con.close()
         return copied
+
+    def settle(self, timeout_s: float = 900.0) -> float:
+        """Wait until no merge of the copied parts is running (at most ``timeout_s``);
+        returns the seconds waited. A bulk copy leaves minutes of background merges, which
+        would otherwise run through the timed builds of both backends (this process holds
+        the chDB engine, beside the stack's service)."""
+        started = time.monotonic()
+        while time.monotonic() - started < timeout_s:
+            busy = self._client.query(
+                "SELECT (SELECT count() FROM system.merges)"
+                " + (SELECT count() FROM system.mutations WHERE NOT is_done)"
+            ).result_rows[0][0]
+            if not busy:
+                break
+            time.sleep(0.5)
+        return time.monotonic() - started
 
     def close(self) -> None:
         self.warehouse.close()

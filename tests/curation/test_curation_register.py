@@ -205,6 +205,19 @@ def test_clickhouse_stores_and_drops_lineage_the_same(
         assert house.lineage_manifests() == {MANIFEST_ID, other}
         assert collect_lineage(pg_conn, house) == [other]
         assert house.lineage_manifests() == {MANIFEST_ID}
+        # Out of episode order (a build's never is, so the writer checks before it sorts),
+        # each id keeps its own SHA-256.
+        shuffled = [ids[i] for i in (5, 0, 9, 2)]
+        digests = [f"{i:064x}" for i in range(len(shuffled))]
+        house.append_lineage(other, pa.table({"episode_id": shuffled, "sha256": digests}))
+        rows = house.query_arrow(
+            f"SELECT episode_id, sha256 FROM manifest_lineage WHERE manifest_id = '{other}' "
+            "ORDER BY episode_id"
+        )
+        assert rows["episode_id"].to_pylist() == sorted(shuffled)
+        assert dict(zip(*(rows[c].to_pylist() for c in ("episode_id", "sha256")), strict=True)) == (
+            dict(zip(shuffled, digests, strict=True))
+        )
     finally:
         house.close()
         chdb.drop(config)

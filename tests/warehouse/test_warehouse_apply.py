@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from tests.warehouse.conftest import batch, episode_row, event, robot
+from warehouse.base import in_episode_order
 from warehouse.changes import ColumnSpec, Op, TableSpec
 from warehouse.config import WarehouseConfig
 from warehouse.ducklake.backend import DuckLakeWarehouse
@@ -22,7 +23,6 @@ from warehouse.ducklake.connection import (
     discard_connection,
     new_database,
 )
-from warehouse.ducklake.lineage import _ascending
 from warehouse.errors import QueryError, SchemaError, WarehouseError, WarehouseUnavailableError
 
 
@@ -277,10 +277,12 @@ def test_lineage_is_stored_in_episode_order(warehouse: DuckLakeWarehouse) -> Non
         sent = dict(zip(ids, rows.column("sha256").to_pylist(), strict=True))
         kept = zip(*(stored.column(c).to_pylist() for c in ("episode_id", "sha256")), strict=True)
         assert dict(kept) == sent, manifest_id
-    assert not _ascending(pa.chunked_array([["b", "a"]]))
-    assert not _ascending(pa.chunked_array([["a", None, "b"]]))
-    assert _ascending(pa.chunked_array([["a"], ["a", "c"]]))
-    assert _ascending(pa.chunked_array([["a"]])) and not _ascending(pa.chunked_array([[None]]))
+    assert not in_episode_order(pa.chunked_array([["b", "a"]]))
+    assert not in_episode_order(pa.chunked_array([["a", None, "b"]]))
+    assert in_episode_order(pa.chunked_array([["a"], ["a", "c"]]))
+    assert in_episode_order(pa.chunked_array([["a"]])) and not in_episode_order(
+        pa.chunked_array([[None]])
+    )
 
 
 def test_a_writer_dropped_for_a_lost_catalog_is_kept_open() -> None:
