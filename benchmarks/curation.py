@@ -26,8 +26,12 @@ sizes and the machine's load.
 
 ``--backend clickhouse`` also copies the DuckLake mirror's rows, at every size, into a chDB
 warehouse in this process (``curation_bench/house.py``) and builds the same curation there
-through the service's ``run_curation``; the JSON line's figures are then ClickHouse's (the
-DuckLake ones under ``ducklake``), and ``same_rows`` compares the two backends' manifests.
+through the service's ``run_curation``, once the copy's background merges have ended
+(``settle_s``); the JSON line's figures are then ClickHouse's, DuckLake's of the same run are
+under ``ducklake`` (and each size's ``sizes`` section), ``targets_met`` holds both backends'
+43M targets, and ``same_rows_as_ducklake`` compares the two backends' manifests. Every line
+also carries ``cdc_catch_up_s_by_rows`` (after each size's profiled registration, the seconds
+until the warehouse holds its registry row) and ``service_peak_mb_by_rows``.
 
     python benchmarks/curation.py [--small] [--backend ducklake|clickhouse]
                                   [--sql-rows 10000,100000,1000000] [--dir DIR]
