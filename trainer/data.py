@@ -227,8 +227,8 @@ class DataFeed:
         sampler block (``loader.sampler_block`` changed, or its default, 1 before 8) resumes
         in the checkpoint's block, this epoch and the next ones, with a warning.
         """
-        block = state.get("block", 1)
-        if isinstance(block, int) and not isinstance(block, bool) and block != self.block:
+        block = state.get("block", 1)  # (a bad one is refused by the sampler it makes)
+        if block != self.block:
             log.warning(
                 "resuming in the checkpoint's sampler block %d (loader.sampler_block is %d): "
                 "a run keeps its sample order",

@@ -43,10 +43,16 @@ LINEAGE_VIEW = "manifest_lineage"
 LINEAGE_COLUMNS: tuple[str, ...] = ("manifest_id", "episode_id", "sha256")
 
 
+def lineage_in_episode_order(episodes: pa.Table) -> pa.Table:
+    """A lineage's ``episode_id`` and ``sha256`` columns sorted by episode id, the order the
+    writers store; a build's lineage already is, so the sort runs only when a one-pass check
+    finds it is not (a sort of 439k ids took 0.06 s)."""
+    rows = episodes.select(["episode_id", "sha256"])
+    return rows if in_episode_order(rows.column("episode_id")) else rows.sort_by("episode_id")
+
+
 def in_episode_order(ids: pa.ChunkedArray) -> bool:
-    """Whether a lineage's episode ``ids`` have no null and each is at most the next (a
-    build's lineage already is, so the writers skip their sort): one pass, where a sort of
-    439k ids took 0.06 s."""
+    """Whether episode ``ids`` have no null and each is at most the next: one pass."""
     if ids.null_count or len(ids) < 2:
         return bool(ids.null_count == 0)
     return bool(pc.all(pc.less_equal(ids[:-1], ids[1:])).as_py())

@@ -15,7 +15,7 @@ import pyarrow as pa
 from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import ClickHouseError
 
-from warehouse.base import LINEAGE_COLUMNS, in_episode_order
+from warehouse.base import LINEAGE_COLUMNS, lineage_in_episode_order
 from warehouse.clickhouse.client import connect, failure
 from warehouse.clickhouse.schema import Databases
 from warehouse.config import ClickHouseConfig
@@ -39,9 +39,7 @@ class ClickHouseLineage:
     def append(self, manifest_id: str, episodes: pa.Table) -> None:
         """Replace the rows under ``manifest_id`` with ``episodes``: one insert, one block
         (a block is inserted whole or not at all)."""
-        rows = episodes.select(["episode_id", "sha256"])
-        if not in_episode_order(rows.column("episode_id")):  # a build's lineage already is
-            rows = rows.sort_by("episode_id")
+        rows = lineage_in_episode_order(episodes)
         # The manifest id as a dictionary of one value: the block that crosses to the server
         # holds 4 bytes a row for it instead of 64 (28 MB of 72 at 439k rows).
         manifest = pa.DictionaryArray.from_arrays(

@@ -14,7 +14,7 @@ from typing import TypeVar
 import duckdb
 import pyarrow as pa
 
-from warehouse.base import LINEAGE_COLUMNS, in_episode_order
+from warehouse.base import LINEAGE_COLUMNS, lineage_in_episode_order
 from warehouse.config import DuckLakeConfig
 from warehouse.ducklake.connection import (
     attach_lake,
@@ -46,9 +46,7 @@ class LakeLineage:
     def append(self, manifest_id: str, episodes: pa.Table) -> None:
         """Replace the rows under ``manifest_id`` with ``episodes`` (sorted by episode id,
         so that a lookup of one manifest's page reads one file's row groups)."""
-        rows = episodes.select(["episode_id", "sha256"])
-        if not in_episode_order(rows.column("episode_id")):  # a build's lineage already is
-            rows = rows.sort_by("episode_id")
+        rows = lineage_in_episode_order(episodes)
         manifest = pa.repeat(pa.scalar(manifest_id, pa.string()), rows.num_rows)
         staged = rows.add_column(0, "manifest_id", manifest)
 
